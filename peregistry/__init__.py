@@ -1,0 +1,91 @@
+"""peregistry: Transformer positional encoders written once against the Python Array API standard.
+
+Find an encoder by name and call it on NumPy, PyTorch, JAX or array-api-strict arrays::
+
+    import peregistry as per
+
+    enc = per.get_encoder("sinusoidal", dim=8)
+    enc.encode(np.arange(4))          # numpy in -> numpy out; torch in -> torch out
+
+``import peregistry`` imports no array framework: each one is touched only when its arrays arrive.
+Plugins (the built-in families included) load on the first registry question, not at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._hooks import hookimpl, hookspec
+from ._options import Option
+from .encoders.base import (
+    AbsoluteEncoder,
+    BiasEncoder,
+    Encoder,
+    RelativeEmbedding,
+    RotaryEncoder,
+)
+from .errors import EncoderNotFoundError, PluginConflictError, PluginError
+from .registry import EncoderInfo, PluginInfo, default_registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbsoluteEncoder",
+    "BiasEncoder",
+    "Encoder",
+    "EncoderInfo",
+    "EncoderNotFoundError",
+    "Option",
+    "PluginConflictError",
+    "PluginError",
+    "PluginInfo",
+    "RelativeEmbedding",
+    "RotaryEncoder",
+    "__version__",
+    "convert",
+    "get_encoder",
+    "hookimpl",
+    "hookspec",
+    "list_encoders",
+    "register",
+    "unregister",
+]
+
+
+def get_encoder(name: str, /, **options: Any) -> Encoder:
+    """The encoder registered as ``name``, built with keyword-only ``options`` (validated now).
+
+    An unknown name raises :class:`EncoderNotFoundError` listing close matches and known names;
+    a name claimed by two plugins raises :class:`PluginConflictError` naming both.
+    """
+    return default_registry.get_encoder(name, **options)
+
+
+def list_encoders() -> list[EncoderInfo]:
+    """Every registered encoder (name, kind, family, plugin, summary, status), and every plugin
+    that failed to load, with its error."""
+    return default_registry.list_encoders()
+
+
+def register(plugin: object, name: str | None = None) -> str:
+    """Register a plugin (a module or object with :data:`hookimpl` functions) in-process,
+    without an entry point. Returns the name to :func:`unregister` it by."""
+    return default_registry.register(plugin, name)
+
+
+def unregister(name: str) -> None:
+    """Remove a plugin registered with :func:`register` (or loaded from an entry point)."""
+    default_registry.unregister(name)
+
+
+def convert(params: Any, xp: Any, device: Any = None) -> Any:
+    """Move arrays (a dict of params, a list, or one array) to namespace ``xp`` (a module such
+    as ``numpy``, ``torch``, ``jax.numpy``, or a backend name), on ``device``.
+
+    DLPack is used where both frameworks support the dtype and device (zero-copy on CPU);
+    otherwise the values go through NumPy. Dtypes are preserved (bfloat16 included);
+    torch tensors are detached first (conversion does not carry autograd history).
+    """
+    from ._convert import convert as _convert
+
+    return _convert(params, xp, device)

@@ -1,0 +1,202 @@
+"""Declared encoder options: one declaration gives validation, defaults, hashing and repr.
+
+An encoder class lists its options as class attributes::
+
+    class Sinusoidal(AbsoluteEncoder):
+        name = "sinusoidal"
+        dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0)
+        base = Option(float, default=10000.0, allowed="a finite number > 0", check=lambda b: b > 0)
+
+and :class:`~peregistry.Encoder` collects them (in declaration order, inherited ones first).
+Validation happens once, at construction; a bad value raises ``TypeError`` (wrong type,
+unknown or missing option) or ``ValueError`` (right type, value not allowed), and every message
+names the encoder, the option, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+__all__ = ["REQUIRED", "Option", "freeze", "thaw"]
+
+
+class _Required:
+    """Sentinel: the option has no default and must be given."""
+
+    _instance: _Required | None = None
+
+    def __new__(cls) -> _Required:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+_TYPE_WORDS: dict[Any, str] = {
+    int: "an integer",
+    float: "a real number",
+    str: "a string",
+    bool: "a bool (True or False)",
+    dict: "a dict",
+    tuple: "a sequence of integers",
+}
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+class Option:
+    """One option of an encoder: its type, default and the values it allows.
+
+    :param type: ``int``, ``float``, ``str``, ``bool``, ``dict`` (a mapping of str keys, stored
+        frozen) or ``tuple`` (a sequence of integers, stored as a tuple).
+    :param default: the default value; omit it for a required option.
+    :param allowed: the phrase that describes allowed values in error messages
+        ("a positive even integer").
+    :param check: a predicate on the converted value; ``False`` means not allowed.
+    :param choices: for ``str`` options, the allowed strings.
+    :param nullable: ``None`` is allowed (and means "derive from the other options").
+    :param doc: one line for ``--help``, the docs and ``peregistry show``.
+    """
+
+    __slots__ = ("allowed", "check", "choices", "default", "doc", "name", "nullable", "type")
+
+    def __init__(
+        self,
+        type: type,  # noqa: A002 - reads as a declaration
+        default: Any = REQUIRED,
+        *,
+        allowed: str | None = None,
+        check: Callable[[Any], bool] | None = None,
+        choices: Sequence[str] | None = None,
+        nullable: bool = False,
+        doc: str = "",
+    ) -> None:
+        if type not in _TYPE_WORDS:
+            raise TypeError(f"Option type must be one of {sorted(t.__name__ for t in _TYPE_WORDS)}")
+        self.type = type
+        self.default = default
+        self.choices = tuple(choices) if choices is not None else None
+        self.allowed = allowed or (
+            "one of " + ", ".join(repr(c) for c in self.choices)
+            if self.choices is not None
+            else _TYPE_WORDS[type]
+        )
+        self.check = check
+        self.nullable = nullable
+        self.doc = doc
+        self.name = "?"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return obj._values[self.name]
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def __repr__(self) -> str:
+        default = "" if self.required else f", default={self.default!r}"
+        return f"Option({self.type.__name__}{default})"
+
+    # -- conversion -----------------------------------------------------------------------------
+    def convert(self, owner: str, value: Any) -> Any:
+        """Check ``value`` and return its canonical (immutable) form, or raise."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise TypeError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got None"
+            )
+        converted = self._convert_type(owner, value)
+        if self.choices is not None and converted not in self.choices:
+            raise ValueError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+            )
+        if self.check is not None and not self.check(converted):
+            raise ValueError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+            )
+        return converted
+
+    def _wrong_type(self, owner: str, value: Any) -> TypeError:
+        return TypeError(
+            f"{owner}: option {self.name!r} must be {self.allowed}, "
+            f"got {value!r} of type {_type_name(value)}"
+        )
+
+    def _convert_type(self, owner: str, value: Any) -> Any:
+        t = self.type
+        if t is bool:
+            if isinstance(value, bool) or type(value).__name__ == "bool_":
+                return bool(value)
+            raise self._wrong_type(owner, value)
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
+            # bool is an int subclass; True as a dimension is always a mistake.
+            raise self._wrong_type(owner, value)
+        if t is int:
+            try:
+                return operator.index(value)
+            except TypeError:
+                raise self._wrong_type(owner, value) from None
+        if t is float:
+            if not isinstance(value, numbers.Real):
+                raise self._wrong_type(owner, value)
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError(
+                    f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+                )
+            return out
+        if t is str:
+            if not isinstance(value, str):
+                raise self._wrong_type(owner, value)
+            return value
+        if t is tuple:
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                raise self._wrong_type(owner, value)
+            try:
+                return tuple(operator.index(v) for v in value)
+            except TypeError:
+                raise self._wrong_type(owner, value) from None
+        # dict
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise self._wrong_type(owner, value)
+        return freeze(value)
+
+
+class _FrozenDict(tuple):  # type: ignore[type-arg]
+    """A mapping stored as a sorted tuple of items: hashable, immutable, comparable."""
+
+    __slots__ = ()
+
+
+def freeze(value: Any) -> Any:
+    """Turn dicts and lists (recursively) into hashable, immutable equivalents."""
+    if isinstance(value, Mapping):
+        return _FrozenDict(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Inverse of :func:`freeze`: a fresh dict/list the caller may modify freely."""
+    if isinstance(value, _FrozenDict):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return tuple(thaw(v) for v in value)
+    return value

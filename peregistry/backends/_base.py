@@ -1,0 +1,150 @@
+"""The backend adapter interface: what the Array API standard leaves to each framework.
+
+Encoders are written against the Array API standard alone. What the standard lacks lives here,
+one adapter per framework: recognising its arrays, its namespace, default and widest float dtypes,
+devices, seeded initialisation, DLPack conversion, and jit for the conformance suite.
+
+Adapters are pluggy plugins (hook ``peregistry_backends``). A framework is only ever detected if
+it is already in :data:`sys.modules` (as einops does): a framework may be installed but broken or
+slow to import, and a user who never hands us its arrays must never pay for it. Each adapter's
+:attr:`Backend.name` is both its id and its ``sys.modules`` key.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Backend"]
+
+#: The floating dtypes the suite knows, widest last.
+FLOAT_DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+class Backend:
+    """Adapter for one array framework. Subclass it and return instances from
+    the ``peregistry_backends`` hook.
+
+    Subclasses set :attr:`name` (the framework's module name, e.g. ``"torch"``) and implement
+    :meth:`owns`, :meth:`namespace` and :meth:`native`; the rest has standard-based defaults.
+    """
+
+    #: Adapter id, equal to the framework's ``sys.modules`` key.
+    name: str = ""
+    #: Lower numbers are asked first when two adapters could own an array.
+    priority: int = 100
+
+    # -- discovery ------------------------------------------------------------------------------
+    def is_installed(self) -> bool:
+        """True if the framework can be imported (checked without importing it)."""
+        return importlib.util.find_spec(self.name) is not None
+
+    def owns(self, x: Any) -> bool:
+        """True if ``x`` is an array of this framework. Only called once the framework's module
+        is in :data:`sys.modules`, so it may import it freely."""
+        raise NotImplementedError
+
+    def namespace(self) -> Any:
+        """The Array API namespace used for this framework's arrays."""
+        raise NotImplementedError
+
+    def native(self) -> Any:
+        """The module a user passes as ``xp`` (``numpy``, ``torch``, ``jax.numpy``)."""
+        raise NotImplementedError
+
+    def owns_namespace(self, xp: Any) -> bool:
+        """True if the module ``xp`` (native or Array API namespace) belongs to this backend."""
+        return xp is self.namespace() or xp is self.native()
+
+    # -- dtypes ---------------------------------------------------------------------------------
+    def float_dtypes(self) -> Mapping[str, Any]:
+        """The floating dtypes this framework offers, by standard name."""
+        xp = self.namespace()
+        return {n: getattr(xp, n) for n in FLOAT_DTYPE_NAMES if hasattr(xp, n)}
+
+    def default_float_dtype(self, device: Any = None) -> Any:
+        """The dtype that ``dtype=None`` means: the namespace's default real floating dtype."""
+        info = self.namespace().__array_namespace_info__()
+        return info.default_dtypes(device=device)["real floating"]
+
+    def wide_float_dtype(self, device: Any = None) -> Any:
+        """The widest float dtype available for intermediate computation (float64 if offered)."""
+        return self.float_dtypes().get("float64", self.namespace().float32)
+
+    def is_float_dtype(self, dtype: Any) -> bool:
+        """True if ``dtype`` is a real floating dtype of this framework."""
+        return any(dtype == d for d in self.float_dtypes().values())
+
+    def dtype_name(self, dtype: Any) -> str:
+        """The standard name of a dtype (``"bfloat16"``); ``str(dtype)`` if unknown."""
+        for n, d in self.float_dtypes().items():
+            if dtype == d:
+                return n
+        return str(dtype)
+
+    # -- devices --------------------------------------------------------------------------------
+    def device(self, x: Any) -> Any:
+        """The device ``x`` lives on."""
+        return x.device
+
+    def default_device(self) -> Any:
+        return self.namespace().__array_namespace_info__().default_device()
+
+    def test_devices(self) -> list[Any]:
+        """Devices the conformance suite places inputs on to check device preservation."""
+        return [self.default_device()]
+
+    # -- creation and conversion ----------------------------------------------------------------
+    def from_numpy(self, a: np.ndarray[Any, Any], *, dtype: Any = None, device: Any = None) -> Any:
+        """A framework array with the values of NumPy array ``a`` (cast to ``dtype``)."""
+        xp = self.namespace()
+        out = xp.asarray(a, device=device)
+        return out if dtype is None else xp.astype(out, dtype)
+
+    def to_numpy(self, x: Any) -> np.ndarray[Any, Any]:
+        """A NumPy copy of ``x``. Dtypes NumPy lacks (bfloat16) arrive as float32."""
+        import numpy as np
+
+        try:
+            return np.asarray(x)
+        except (TypeError, RuntimeError, ValueError):
+            xp = self.namespace()
+            return np.asarray(xp.astype(x, xp.float32))
+
+    def from_dlpack(self, x: Any, *, device: Any = None) -> Any:
+        """Import a foreign array through DLPack (zero-copy where the frameworks allow)."""
+        xp = self.namespace()
+        out = xp.from_dlpack(x)
+        if device is not None and self.device(out) != device:
+            out = xp.asarray(out, device=device, copy=True)
+        return out
+
+    def random_normal(
+        self, shape: tuple[int, ...], *, seed: int, std: float, dtype: Any, device: Any
+    ) -> Any:
+        """Standard-normal values times ``std``, identical on every backend for one seed.
+
+        They are drawn with NumPy's PCG64 in float64 on the host and transferred, so a seed means
+        the same numbers in NumPy, PyTorch, JAX and array-api-strict (framework RNGs differ).
+        """
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        values = rng.standard_normal(shape) * std
+        return self.from_numpy(values, dtype=dtype, device=device)
+
+    def prepare_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Hook for adapters that must unwrap framework objects (e.g. parameters) before use."""
+        return params
+
+    # -- compilation (used by the conformance suite) --------------------------------------------
+    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """``fn`` compiled with this framework's tracing compiler, or None if it has none."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,63 @@
+"""JAX adapter. float64 exists only with ``jax_enable_x64``; tracers have no device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._base import Backend
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    priority = 20
+
+    def owns(self, x: Any) -> bool:
+        import jax
+
+        return isinstance(x, jax.Array)
+
+    def namespace(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
+    def native(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
+    def float_dtypes(self) -> Mapping[str, Any]:
+        import jax
+        import jax.numpy as jnp
+
+        out = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32}
+        if jax.config.jax_enable_x64:
+            out["float64"] = jnp.float64
+        return out
+
+    def device(self, x: Any) -> Any:
+        # Inside jit a tracer has no device, and a sharded array spans several: placement is
+        # then XLA's business, and new arrays are created with device=None.
+        try:
+            devices = x.devices()
+        except Exception:
+            return None
+        return next(iter(devices)) if len(devices) == 1 else None
+
+    def default_device(self) -> Any:
+        import jax
+
+        return jax.devices()[0]
+
+    def to_numpy(self, x: Any) -> Any:
+        import numpy as np
+
+        if x.dtype.name == "bfloat16":
+            x = x.astype("float32")
+        return np.asarray(x)
+
+    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        import jax
+
+        return jax.jit(fn)

@@ -1,0 +1,16 @@
+"""The built-in backend adapters, registered through the ``peregistry`` entry point group like any
+third-party adapter. Importing this module imports no framework."""
+
+from __future__ import annotations
+
+from .._hooks import hookimpl
+from ._base import Backend
+from ._jax import JaxBackend
+from ._numpy import NumpyBackend
+from ._strict import StrictBackend
+from ._torch import TorchBackend
+
+
+@hookimpl
+def peregistry_backends() -> list[Backend]:
+    return [TorchBackend(), JaxBackend(), StrictBackend(), NumpyBackend()]

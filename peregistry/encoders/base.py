@@ -1,0 +1,396 @@
+"""Encoder base classes: options declared once; validation, immutability, hashing and repr for free.
+
+Every encoder is a subclass of one of the four *kinds*:
+
+=====================  =========================================================================
+kind                   public method(s)
+=====================  =========================================================================
+``absolute``           ``encode(positions, *, params=None, dtype=None)``
+``rotary``             ``rotate(x, positions=None, *, offset=0, params=None)``, ``cos_sin(...)``
+``bias``               ``bias(q_positions, k_positions, *, params=None, dtype=None)``
+``relative-embedding`` ``embed(q_positions, k_positions, *, params=None, dtype=None)``
+=====================  =========================================================================
+
+The public methods live here, in the base classes: they find the caller's namespace and device
+once, validate positions and dtypes, and hand a :class:`Ctx` to the subclass's private hook
+(``_encode``, ...), which computes in the wide dtype ``ctx.wide`` with Array API calls only. The
+result is cast to the requested dtype exactly once, here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._options import Option, freeze, thaw
+
+if TYPE_CHECKING:
+    from ..backends._base import Backend
+
+__all__ = [
+    "KINDS",
+    "AbsoluteEncoder",
+    "BiasEncoder",
+    "Ctx",
+    "Encoder",
+    "RelativeEmbedding",
+    "RotaryEncoder",
+]
+
+KINDS = ("absolute", "rotary", "bias", "relative-embedding")
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What a private hook needs to know about the caller's arrays.
+
+    :ivar xp: the Array API namespace of the inputs.
+    :ivar backend: the adapter of that namespace.
+    :ivar device: the inputs' device (None inside a tracer, or for a sharded array).
+    :ivar wide: the float dtype to compute in (float64 where the backend offers it).
+    """
+
+    xp: Any
+    backend: Backend
+    device: Any
+    wide: Any
+
+    @property
+    def has_float64(self) -> bool:
+        return bool(self.wide == getattr(self.xp, "float64", None))
+
+    def constant(self, values: Any, dtype: Any = None) -> Any:
+        """A host constant (a Python number or list) as an array on the inputs' device."""
+        return self.xp.asarray(values, dtype=self.wide if dtype is None else dtype,
+                               device=self.device)
+
+
+def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
+    return cls(**options)
+
+
+class Encoder:
+    """Base of all encoders. Subclass one of the four kind classes, not this one.
+
+    Class attributes a subclass sets:
+
+    ``name``
+        the registry name (``"sinusoidal"``); unique across all plugins.
+    ``family``
+        the family it belongs to (defaults to ``name``).
+    ``summary``
+        one line for ``peregistry list`` (defaults to the first line of the docstring).
+    ``properties``
+        the laws it obeys, which select conformance checks (e.g. ``"shift-linear"``).
+    ``continuous``
+        True if real-valued positions are meaningful.
+    Options: attributes that are :class:`~peregistry.Option` instances.
+    """
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    properties: ClassVar[frozenset[str]] = frozenset()
+    continuous: ClassVar[bool] = False
+    _option_specs: ClassVar[dict[str, Option]] = {}
+
+    __slots__ = ("_cache", "_hash", "_key", "_values")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs: dict[str, Option] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                if isinstance(value, Option):
+                    specs.pop(attr, None)
+                    specs[attr] = value
+        cls._option_specs = specs
+        if cls.name and not cls.family:
+            cls.family = cls.name
+        if cls.name and not cls.summary:
+            doc = inspect.getdoc(cls) or ""
+            cls.summary = doc.strip().splitlines()[0] if doc.strip() else ""
+
+    def __init__(self, **options: Any) -> None:
+        owner = self.name or type(self).__name__
+        specs = self._option_specs
+        unknown = [k for k in options if k not in specs]
+        if unknown:
+            valid = ", ".join(specs) or "none"
+            raise TypeError(
+                f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(k) for k in unknown)}; valid options: {valid}"
+            )
+        missing = [k for k, s in specs.items() if s.required and k not in options]
+        if missing:
+            described = ", ".join(
+                f"{k!r} ({specs[k].allowed})" for k in missing
+            )
+            raise TypeError(f"{owner}: missing required option{'s' if len(missing) > 1 else ''} "
+                            f"{described}")
+        values: dict[str, Any] = {}
+        for key, spec in specs.items():
+            if key in options:
+                values[key] = spec.convert(owner, options[key])
+            else:
+                values[key] = freeze(spec.default)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_cache", {})
+        self._validate()
+        key = tuple(values.items())
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash((self.name, key)))
+
+    # -- validation ----------------------------------------------------------------------------
+    def _validate(self) -> None:
+        """Cross-option checks; override and call :meth:`_invalid` for a bad combination."""
+
+    def _invalid(self, option: str, value: Any, allowed: str) -> ValueError:
+        """The standard error for a bad option value: names encoder, option, value, allowed."""
+        return ValueError(f"{self.name}: option {option!r} must be {allowed}, got {value!r}")
+
+    # -- identity ------------------------------------------------------------------------------
+    @property
+    def options(self) -> dict[str, Any]:
+        """Every option, defaults included, as a fresh dict (changing it changes nothing)."""
+        return {k: thaw(v) for k, v in self._values.items()}
+
+    def replace(self, **changes: Any) -> Encoder:
+        """A new encoder of the same class with some options changed (validated again)."""
+        return type(self)(**{**self.options, **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"{self.name} encoders are immutable; use enc.replace({name}=...) for a new one"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.name} encoders are immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Encoder):
+            return NotImplemented
+        return self.name == other.name and self._key == other._key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"get_encoder({self.name!r}{opts})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_construct, (type(self), self.options))
+
+    # -- learned parameters --------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the learned parameters (empty for fixed encoders)."""
+        return {}
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.param_shapes())
+
+    def init_std(self, name: str) -> float:
+        """Standard deviation of the normal initialisation of parameter ``name``."""
+        return 0.02
+
+    def init(self, xp: Any, *, seed: int = 0, dtype: Any = None, device: Any = None) -> dict[str, Any]:
+        """Fresh parameters as a plain ``dict[str, array]`` of namespace ``xp``.
+
+        Values come from NumPy's PCG64 generator, so one seed gives the same numbers on every
+        backend. ``xp`` is a module (``numpy``, ``torch``, ``jax.numpy``, ``array_api_strict``)
+        or a backend name.
+        """
+        from ..registry import default_registry
+
+        shapes = self.param_shapes()
+        if not shapes:
+            raise TypeError(f"{self.name} has no learned parameters; nothing to init")
+        backend = default_registry.backend_of_namespace(xp)
+        dtype = resolve_dtype(self.name, backend, dtype, device)
+        return {
+            key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
+                                       dtype=dtype, device=device)
+            for i, (key, shape) in enumerate(shapes.items())
+        }
+
+    def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
+        shapes = self.param_shapes()
+        if not shapes:
+            if params is not None:
+                raise TypeError(f"{self.name} has no learned parameters; got params={params!r}")
+            return {}
+        if params is None:
+            raise TypeError(f"{self.name} needs params (from enc.init(xp)); got None")
+        if not isinstance(params, Mapping):
+            raise TypeError(f"{self.name}: params must be a dict of arrays, got "
+                            f"{type(params).__name__}")
+        if set(params) != set(shapes):
+            raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
+                             f"{sorted(params)}")
+        for key, shape in shapes.items():
+            got = tuple(params[key].shape)
+            if got != shape:
+                raise ValueError(f"{self.name}: params[{key!r}].shape={got}, but should be {shape}")
+        return ctx.backend.prepare_params(params)
+
+    # -- shared helpers for the public methods -------------------------------------------------
+    def _context(self, *arrays: Any) -> tuple[Ctx, list[Any]]:
+        """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
+        become NumPy arrays. All array inputs must belong to one backend."""
+        return make_context(self.name, arrays)
+
+    def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
+        """Check that positions are numeric (integer, or real for continuous encoders)."""
+        return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
+
+
+def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
+    from ..registry import default_registry
+
+    backend = None
+    for a in arrays:
+        if a is None:
+            continue
+        b = default_registry.backend_of(a)
+        if b is None:
+            if isinstance(a, int | float | list | tuple) and not isinstance(a, bool):
+                continue
+            raise TypeError(
+                f"{owner}: expected an array of a registered backend "
+                f"({', '.join(x.name for x in default_registry.backends())}) or a Python "
+                f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
+            )
+        if backend is None:
+            backend = b
+        elif b is not backend:
+            raise TypeError(
+                f"{owner}: inputs mix arrays of {backend.name} and {b.name}; pass all arrays "
+                f"from one framework (peregistry.convert moves arrays between frameworks)"
+            )
+    if backend is None:
+        import numpy  # noqa: F401 - Python inputs are NumPy's
+
+        backend = default_registry.backend("numpy")
+    xp = backend.namespace()
+    device = None
+    out = []
+    for a in arrays:
+        if a is not None and default_registry.backend_of(a) is None:
+            a = _from_python(owner, a, backend)
+        elif a is not None and device is None:
+            device = backend.device(a)
+        out.append(a)
+    return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
+
+
+def _from_python(owner: str, a: Any, backend: Backend) -> Any:
+    import numpy as np
+
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{owner}: positions must be numbers, got {a!r}")
+    return backend.from_numpy(arr)
+
+
+def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuous: bool) -> Any:
+    xp = ctx.xp
+    dtype = positions.dtype
+    try:
+        integral = xp.isdtype(dtype, "integral")
+        real = xp.isdtype(dtype, "real floating")
+    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
+        integral = real = False
+    if integral:
+        return positions
+    if real:
+        if continuous:
+            return positions
+        raise TypeError(
+            f"{owner}: {what} must have an integer dtype (this encoder is defined at integer "
+            f"positions only), got {ctx.backend.dtype_name(dtype)}"
+        )
+    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
+    raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
+
+
+def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
+    """``dtype=None`` → the namespace's default real floating dtype; names like ``"bfloat16"``
+    are accepted; anything not a real floating dtype of ``backend`` is a ``TypeError``."""
+    if dtype is None:
+        return backend.default_float_dtype(device)
+    floats = backend.float_dtypes()
+    if isinstance(dtype, str):
+        if dtype in floats:
+            return floats[dtype]
+    elif backend.is_float_dtype(dtype):
+        return dtype
+    raise TypeError(
+        f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
+        f"allowed: None, {', '.join(floats)}"
+    )
+
+
+def check_encoder_class(obj: Any) -> str | None:
+    """Why ``obj`` is not a registrable encoder class, or None if it is."""
+    if not (isinstance(obj, type) and issubclass(obj, Encoder)):
+        return f"{obj!r}, not an Encoder subclass"
+    if not isinstance(obj.name, str) or not obj.name:
+        return f"{obj.__qualname__} without a name"
+    if obj.kind not in KINDS:
+        return f"{obj.__qualname__} of unknown kind {obj.kind!r} (kinds: {', '.join(KINDS)})"
+    return None
+
+
+class AbsoluteEncoder(Encoder):
+    """Maps positions to vectors: ``encode(positions) -> (*positions.shape, out_dim)``."""
+
+    kind = "absolute"
+    __slots__ = ()
+
+    @property
+    def out_dim(self) -> int:
+        """Length of one position's vector (``options["dim"]`` unless a subclass says else)."""
+        return int(self._values["dim"])
+
+    def encode(self, positions: Any, *, params: Mapping[str, Any] | None = None,
+               dtype: Any = None) -> Any:
+        """The encoding of every position: ``(*positions.shape, out_dim)``, in the positions'
+        namespace and on their device, of ``dtype`` (default: the namespace's default float)."""
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        params = self._check_params(params, ctx)
+        out = self._encode(pos, params=params, ctx=ctx)
+        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+
+    def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
+        """Compute the encoding (any float dtype; the caller casts once)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _encode")
+
+
+class RotaryEncoder(Encoder):
+    """Rotates query/key features by position-dependent angles (RoPE and relatives)."""
+
+    kind = "rotary"
+    continuous = True
+    __slots__ = ()
+
+
+class BiasEncoder(Encoder):
+    """Additive attention bias from query and key positions: ``(..., num_heads, Q, K)``."""
+
+    kind = "bias"
+    __slots__ = ()
+
+
+class RelativeEmbedding(Encoder):
+    """Embeddings of relative positions: ``(..., Q, K, dim)``."""
+
+    kind = "relative-embedding"
+    __slots__ = ()
+
