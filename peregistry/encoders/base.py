@@ -185,6 +185,17 @@ class Encoder:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_construct, (type(self), self.options))
 
+    # -- conformance-suite support -------------------------------------------------------------
+    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
+        """Typical valid positions of ``shape`` as a NumPy array, for the conformance suite.
+
+        The default draws integers in ``[0, 1024)``; encoders with other position conventions
+        (bounded tables, 2-D or multi-axis positions) override it.
+        """
+        import numpy as np
+
+        return np.asarray(rng.integers(0, 1024, size=shape), dtype=np.int64)
+
     # -- learned parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the learned parameters (empty for fixed encoders)."""

@@ -1,0 +1,127 @@
+"""How the suite calls an encoder of each kind: sample inputs, the call, the expected shape.
+
+A :class:`Probe` is one concrete call in NumPy data. :func:`invoke` runs it on the case's
+backend (inputs converted to that backend, float inputs cast to the dtype under test), and
+:func:`reference` runs it on NumPy in float64: the result every backend must agree with.
+Encoders describe their own positions (``example_positions``), so no encoder is special-cased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..encoders.base import Encoder
+    from ._core import Case
+
+
+@dataclass
+class Probe:
+    """NumPy inputs for one call. ``float_args`` follow the dtype under test (rotary ``x``);
+    the others keep their own dtype (positions)."""
+
+    args: dict[str, np.ndarray[Any, Any]]
+    float_args: frozenset[str] = frozenset()
+    #: For the absolute, bias and relative kinds the dtype under test is the ``dtype=`` argument.
+    dtype_arg: bool = True
+    expected_shape: tuple[int, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Sampler = Callable[["Case", "Encoder", tuple[int, ...]], Probe]
+Caller = Callable[["Encoder", dict[str, Any], Any, Any], Any]
+
+#: kind -> (sampler, caller); other kinds register here as they arrive.
+DRIVERS: dict[str, tuple[Sampler, Caller]] = {}
+
+
+def register_driver(kind: str, sampler: Sampler, caller: Caller) -> None:
+    """Teach the suite a kind: how to sample a probe and how to call the encoder."""
+    DRIVERS[kind] = (sampler, caller)
+
+
+def sample(case: Case, encoder: Encoder | None = None, shape: tuple[int, ...] = (2, 5)) -> Probe:
+    enc = case.encoder if encoder is None else encoder
+    if enc.kind not in DRIVERS:
+        raise NotImplementedError(f"the suite has no driver for kind {enc.kind!r}")
+    return DRIVERS[enc.kind][0](case, enc, shape)
+
+
+def to_backend(case: Case, probe: Probe, dtype: str | None, device: Any = None) -> dict[str, Any]:
+    out = {}
+    for k, v in probe.args.items():
+        if k in probe.float_args:
+            out[k] = case.asarray(v, dtype=dtype or _default_name(case, device), device=device)
+        else:
+            out[k] = case.asarray(v, device=device)
+    return out
+
+
+def _default_name(case: Case, device: Any) -> str:
+    return case.dtype_name(case.backend.default_float_dtype(device))
+
+
+def invoke(
+    case: Case,
+    probe: Probe,
+    *,
+    dtype: str | None = None,
+    device: Any = None,
+    params: Any = None,
+    encoder: Encoder | None = None,
+    arrays: dict[str, Any] | None = None,
+) -> Any:
+    """Run the probe on the case's backend. ``dtype`` is a standard name or None (default)."""
+    enc = case.encoder if encoder is None else encoder
+    if arrays is None:
+        arrays = to_backend(case, probe, dtype, device)
+    dt = None
+    if dtype is not None and probe.dtype_arg:
+        dt = case.float_dtypes[dtype]
+    if params is None and enc.learned:
+        params = case_params(case, enc, dtype, device)
+    return DRIVERS[enc.kind][1](enc, arrays, params, dt)
+
+
+def case_params(case: Case, enc: Encoder, dtype: str | None, device: Any) -> Any:
+    """Parameters for ``enc`` on the case's backend (seed 0, float32 unless ``dtype``)."""
+    name = dtype or "float32"
+    return enc.init(case.backend.native(), seed=0, dtype=case.float_dtypes[name], device=device)
+
+
+def reference(case: Case, probe: Probe, *, encoder: Encoder | None = None) -> np.ndarray[Any, Any]:
+    """The probe computed by the same encoder on NumPy in float64."""
+    import numpy as np
+
+    from ..registry import default_registry
+
+    enc = case.encoder if encoder is None else encoder
+    np_backend = default_registry.backend("numpy")
+    args = {
+        k: (np.asarray(v, dtype=np.float64) if k in probe.float_args else np.asarray(v))
+        for k, v in probe.args.items()
+    }
+    params = None
+    if enc.learned:
+        p = enc.init(np, seed=0, dtype=np.float32)
+        params = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
+    out = DRIVERS[enc.kind][1](enc, args, params, np.float64 if probe.dtype_arg else None)
+    return np_backend.to_numpy(out).astype(np.float64)
+
+
+# -- absolute ------------------------------------------------------------------------------------
+def _absolute_sample(case: Case, enc: Encoder, shape: tuple[int, ...]) -> Probe:
+    pos = enc.example_positions(case.rng, shape)
+    out_dim: int = enc.out_dim  # type: ignore[attr-defined]
+    return Probe({"positions": pos}, expected_shape=(*pos.shape, out_dim))
+
+
+def _absolute_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> Any:
+    return enc.encode(a["positions"], params=params, dtype=dtype)  # type: ignore[attr-defined]
+
+
+register_driver("absolute", _absolute_sample, _absolute_call)
