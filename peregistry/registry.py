@@ -264,7 +264,7 @@ class Registry:
     ) -> Iterable[tuple[Any, PluginInfo]]:
         """Call ``hook`` of every plugin on its own; yield accepted items with their plugin."""
         caller = getattr(pm.hook, hook)
-        for impl in reversed(caller.get_hookimpls()):  # registration order
+        for impl in caller.get_hookimpls():  # registration order
             info = plugins[impl.plugin_name]
             if info.status != "ok":
                 continue

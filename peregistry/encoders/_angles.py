@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from .base import Ctx
 
 __all__ = ["Frequencies", "cos_sin"]
@@ -37,17 +36,21 @@ _POS_SPLIT = 4096.0  # 2**12: ph has <= 12 significant bits below 2**24, pm < 2*
 _TWO_PI_F32 = 6.2831854820251465  # float32(2π); θ = 2π·frac(t) is computed in float32
 
 
-def _round_bits(c: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    import numpy as np
-
-    m, e = np.frexp(c)
-    return np.ldexp(np.round(m * 2.0**bits), e - bits)
+def _round_bits(c: float, bits: int) -> float:
+    """``c`` rounded to ``bits`` significant bits (pure Python: traceable by torch.compile)."""
+    if c == 0.0:
+        return 0.0
+    m, e = math.frexp(c)
+    return math.ldexp(round(m * 2.0**bits), e - bits)
 
 
 @dataclass(frozen=True)
 class Frequencies:
     """Host-side frequency constants of one encoder: ``omega`` in float64 and its split in
-    turns for float32-only backends. Built once per encoder, shared by every call."""
+    turns for float32-only backends. Built once per encoder, shared by every call.
+
+    Computed with Python floats (IEEE float64) rather than NumPy, so that building them inside
+    a traced function (``torch.compile``, ``jax.jit``) is plain constant folding."""
 
     omega: tuple[float, ...]
     c1: tuple[float, ...]
@@ -56,22 +59,15 @@ class Frequencies:
     c: tuple[float, ...]
 
     @classmethod
-    def from_omega(cls, omega: Any) -> Frequencies:
-        import numpy as np
-
-        w = np.asarray(omega, dtype=np.float64)
-        c = w / (2 * math.pi)
-        c1 = _round_bits(c, 11)
-        r = c - c1
-        c2 = _round_bits(r, 11)
-        c3 = (r - c2).astype(np.float32).astype(np.float64)
-        return cls(
-            omega=tuple(w.tolist()),
-            c1=tuple(c1.tolist()),
-            c2=tuple(c2.tolist()),
-            c3=tuple(c3.tolist()),
-            c=tuple(c.astype(np.float32).astype(np.float64).tolist()),
-        )
+    def from_omega(cls, omega: Iterable[float]) -> Frequencies:
+        w = tuple(float(v) for v in omega)
+        c = [v / (2 * math.pi) for v in w]
+        c1 = [_round_bits(v, 11) for v in c]
+        r = [v - v1 for v, v1 in zip(c, c1, strict=True)]
+        c2 = [_round_bits(v, 11) for v in r]
+        c3 = [_round_bits(v - v2, 24) for v, v2 in zip(r, c2, strict=True)]
+        return cls(omega=w, c1=tuple(c1), c2=tuple(c2), c3=tuple(c3),
+                   c=tuple(_round_bits(v, 24) for v in c))
 
     def __len__(self) -> int:
         return len(self.omega)

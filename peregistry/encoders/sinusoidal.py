@@ -23,7 +23,6 @@ This module is a plugin like any other: it is the ``sinusoidal`` entry point of 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,10 +36,7 @@ __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
 
 def sinusoidal_frequencies(dim: int, base: float) -> Frequencies:
     """``ω_i = base^(-2i/dim)`` for ``i = 0 … dim/2 - 1``, in float64 on the host."""
-    import numpy as np
-
-    i = np.arange(dim // 2, dtype=np.float64)
-    return Frequencies.from_omega(np.exp(-(2.0 * i / dim) * math.log(base)))
+    return Frequencies.from_omega(base ** (-2.0 * i / dim) for i in range(dim // 2))
 
 
 class Sinusoidal(AbsoluteEncoder):

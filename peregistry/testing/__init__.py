@@ -89,8 +89,10 @@ def cases_for(
     if wanted is not None and (unknown := wanted - set(all_checks)):
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(all_checks)}")
     out = []
-    for spec in encoders:
-        enc = _as_encoder(spec)
+    encs = [_as_encoder(spec) for spec in encoders]
+    names = [e.name for e in encs]
+    for enc in encs:
+        label = enc.name if names.count(enc.name) == 1 else _label(enc)
         for backend in chosen:
             caps = _capabilities(enc, backend)
             for chk in all_checks.values():
@@ -101,8 +103,18 @@ def cases_for(
                 if not chk.requires <= caps:
                     continue
                 reason = expected.get(f"{backend.name}:{chk.name}", expected.get(chk.name))
-                out.append(Case(enc, backend, chk, reason))
+                out.append(Case(enc, backend, chk, reason, label))
     return out
+
+
+def _label(enc: Encoder) -> str:
+    """``name(opt=value,...)`` with the options that differ from their defaults."""
+    specs = type(enc)._option_specs
+    parts = [
+        f"{k}={v}" for k, v in enc.options.items()
+        if specs[k].required or v != specs[k].default
+    ]
+    return f"{enc.name}({','.join(parts)})"
 
 
 def parametrize_with_checks(

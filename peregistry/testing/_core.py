@@ -138,11 +138,14 @@ class Case:
     backend: Backend
     spec: CheckSpec
     expected_failure: str | None = None
+    #: How the encoder is named in ids: its name, plus its options when the same name is
+    #: checked with several option sets (``sinusoidal(dim=64,layout=split)``).
+    label: str = ""
     _rng: Any = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
-        return f"{self.encoder.name}-{self.backend.name}-{self.spec.name}"
+        return f"{self.label or self.encoder.name}-{self.backend.name}-{self.spec.name}"
 
     @property
     def xp(self) -> Any:

@@ -1,0 +1,64 @@
+"""Shared fixtures: the backends under test (chosen by PEREGISTRY_BACKENDS) and fake installed
+distributions for registry tests."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peregistry.testing._core import selected_backends
+
+BACKENDS = [b.name for b in selected_backends()]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Any:
+    """Each selected backend adapter in turn (its framework imported)."""
+    from peregistry.registry import default_registry
+
+    b = default_registry.backend(request.param)
+    importlib.import_module(b.name)
+    return b
+
+
+@pytest.fixture
+def xp(backend: Any) -> Any:
+    return backend.namespace()
+
+
+@pytest.fixture
+def make_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
+    """Create an installed-looking distribution (``*.dist-info`` with entry points) on sys.path.
+
+    ``make_dist("mypkg", {"mypkg_plugin": source}, entry_points={"mypkg": "mypkg_plugin"})``
+    """
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    created: list[str] = []
+
+    def make(name: str, modules: dict[str, str], entry_points: dict[str, str],
+             version: str = "1.0") -> Path:
+        for mod, src in modules.items():
+            (root / f"{mod}.py").write_text(textwrap.dedent(src))
+            created.append(mod)
+        info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+        eps = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+        (info / "entry_points.txt").write_text(f"[peregistry]\n{eps}\n")
+        importlib.invalidate_caches()
+        return info
+
+    yield make
+    for mod in created:
+        sys.modules.pop(mod, None)
+    importlib.invalidate_caches()
