@@ -411,11 +411,11 @@ class Registry:
         """The adapter for a namespace or framework module the user passed as ``xp``."""
         if isinstance(xp, str):
             return self.backend(xp)
+        # Only ask adapters whose framework the module's name mentions: asking imports it.
+        parts = getattr(xp, "__name__", "").split(".")
         for b in self.backends():
-            root = getattr(xp, "__name__", "").split(".")[0]
-            if root == b.name or (root == "array_api_compat" and b.name in getattr(xp, "__name__", "")):
-                if b.owns_namespace(xp):
-                    return b
+            if b.name in parts and b.owns_namespace(xp):
+                return b
         known = ", ".join(b.name for b in self.backends())
         raise TypeError(f"xp={xp!r} is not the namespace of a known backend ({known})")
 
@@ -452,9 +452,17 @@ def _check_backend(obj: Any) -> str | None:
 
 
 def _check_scaling(obj: Any) -> str | None:
+    """A rope scaling (see :class:`peregistry.encoders.rope_scaling.RopeScaling`) needs a name and
+    ``inv_freq()``; ``validate``, ``attention_factor`` and ``seq_len_breakpoints``, if present,
+    must be callable and ``parameters`` a mapping."""
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name or not callable(getattr(obj, "inv_freq", None)):
         return f"{obj!r}, not a rope scaling (needs a name and inv_freq())"
+    for attr in ("validate", "attention_factor", "seq_len_breakpoints"):
+        if hasattr(obj, attr) and not callable(getattr(obj, attr)):
+            return f"rope scaling {name!r}: {attr} must be callable"
+    if not isinstance(getattr(obj, "parameters", {}), Mapping):
+        return f"rope scaling {name!r}: parameters must be a mapping of key -> Param"
     return None
 
 

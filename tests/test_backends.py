@@ -13,7 +13,6 @@ import peregistry as per
 from peregistry.registry import default_registry
 from peregistry.testing._core import selected_backends
 
-
 BACKENDS = [b.name for b in selected_backends()]
 
 
@@ -103,7 +102,10 @@ def _pairs() -> list[tuple[str, str]]:
     return [(a, b) for a in BACKENDS for b in BACKENDS if a != b]
 
 
-@pytest.mark.parametrize(("src", "dst"), _pairs() or [pytest.param("numpy", "numpy", marks=pytest.mark.skip(reason="needs two backends"))])
+NEEDS_TWO = pytest.param("numpy", "numpy", marks=pytest.mark.skip(reason="needs two selected backends"))
+
+
+@pytest.mark.parametrize(("src", "dst"), _pairs() or [NEEDS_TWO])
 def test_convert_between_backends_keeps_values_and_dtype(src: str, dst: str) -> None:
     import importlib
 

@@ -32,7 +32,7 @@ class JaxBackend(Backend):
         import jax.numpy as jnp
 
         out = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32}
-        if jax.config.jax_enable_x64:
+        if jax.config.read("jax_enable_x64"):  # type: ignore[no-untyped-call]
             out["float64"] = jnp.float64
         return out
 
@@ -61,3 +61,8 @@ class JaxBackend(Backend):
         import jax
 
         return jax.jit(fn)
+
+    def is_tracing(self, x: Any) -> bool:
+        import jax
+
+        return isinstance(x, jax.core.Tracer)

@@ -76,7 +76,7 @@ class TorchBackend(Backend):
     def from_dlpack(self, x: Any, *, device: Any = None) -> Any:
         import torch
 
-        out = torch.from_dlpack(x)
+        out = torch.utils.dlpack.from_dlpack(x)
         return out if device is None else out.to(device)
 
     def prepare_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -87,3 +87,65 @@ class TorchBackend(Backend):
 
         backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
         return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
+
+    def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
+                                                           Callable[[], int]]:
+        # Dynamo replays Python side effects on every call, so count compiled frames instead.
+        import torch
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        counter = CompileCounterWithBackend(os.environ.get(COMPILE_BACKEND_ENV, "inductor"))
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=counter)
+        return compiled, lambda: int(counter.frame_count)
+
+    def is_tracing(self, x: Any) -> bool:
+        import torch
+
+        return bool(torch.compiler.is_compiling())
+
+    def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
+                     interleaved: bool) -> Any | None:
+        """Native torch rotation. Eager: written into one preallocated output with ``out=`` and
+        in-place ``addcmul_`` (no concatenation, no full-size temporaries for float32/float64);
+        bfloat16/float16 inputs are promoted to the float32 tables inside each op and cast once
+        when stored. Under ``torch.compile`` (or with autograd) the plain expression, which
+        inductor fuses into one kernel."""
+        import torch
+
+        dim = x.shape[-1]
+        h = rotary_dim // 2
+        if interleaved:
+            a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        else:
+            a, b = x[..., :h], x[..., h:rotary_dim]
+        functional = torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
+                                         or sin.requires_grad))
+        if functional:
+            o1 = a * cos - b * sin
+            o2 = b * cos + a * sin
+            rot = (torch.stack((o1, o2), dim=-1).flatten(-2) if interleaved
+                   else torch.cat((o1, o2), dim=-1))
+            if rotary_dim < dim:
+                rot = torch.cat((rot, x[..., rotary_dim:].to(rot.dtype)), dim=-1)
+            return rot.to(x.dtype)
+        out = torch.empty_like(x)
+        if interleaved:
+            o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+        else:
+            o1, o2 = out[..., :h], out[..., h:rotary_dim]
+        if x.dtype == cos.dtype:
+            torch.mul(a, cos, out=o1)
+            o1.addcmul_(b, sin, value=-1)
+            torch.mul(b, cos, out=o2)
+            o2.addcmul_(a, sin)
+        else:  # narrower x: float32 arithmetic (type promotion), one rounding into out
+            t = torch.mul(a, cos)
+            t.addcmul_(b, sin, value=-1)
+            o1.copy_(t)
+            t = torch.mul(b, cos)
+            t.addcmul_(a, sin)
+            o2.copy_(t)
+        if rotary_dim < dim:
+            out[..., rotary_dim:] = x[..., rotary_dim:]
+        return out

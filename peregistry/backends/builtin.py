@@ -11,6 +11,9 @@ from ._strict import StrictBackend
 from ._torch import TorchBackend
 
 
+_BUILTIN: list[Backend] = [TorchBackend(), JaxBackend(), StrictBackend(), NumpyBackend()]
+
+
 @hookimpl
 def peregistry_backends() -> list[Backend]:
-    return [TorchBackend(), JaxBackend(), StrictBackend(), NumpyBackend()]
+    return list(_BUILTIN)

@@ -60,7 +60,7 @@ class Sinusoidal(AbsoluteEncoder):
         freqs = self._cache.get("freqs")
         if freqs is None:
             freqs = self._cache["freqs"] = sinusoidal_frequencies(self.dim, self.base)
-        return freqs  # type: ignore[no-any-return]
+        return freqs
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         xp = ctx.xp

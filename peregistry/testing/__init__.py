@@ -75,9 +75,8 @@ def cases_for(
         for one backend only. A name that matches no check is an error.
     :param checks: restrict to these check names.
     """
-    if isinstance(backends, list | tuple):
-        backends = ",".join(backends)
-    chosen = _selected_backends(backends)
+    chosen = _selected_backends(backends if backends is None or isinstance(backends, str)
+                                else ",".join(backends))
     all_checks = registered_checks()
     expected = dict(expected_failed_checks or {})
     for key in expected:
