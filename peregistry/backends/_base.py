@@ -102,8 +102,10 @@ class Backend:
     def from_numpy(self, a: np.ndarray[Any, Any], *, dtype: Any = None, device: Any = None) -> Any:
         """A framework array with the values of NumPy array ``a`` (cast to ``dtype``)."""
         xp = self.namespace()
-        out = xp.asarray(a, device=device)
-        return out if dtype is None else xp.astype(out, dtype)
+        if dtype is not None:
+            # Cast on the host first: the device may not hold a's dtype (no_float64).
+            return xp.asarray(a, dtype=dtype, device=device)
+        return xp.asarray(a, device=device)
 
     def to_numpy(self, x: Any) -> np.ndarray[Any, Any]:
         """A NumPy copy of ``x``. Dtypes NumPy lacks (bfloat16) arrive as float32."""
@@ -144,6 +146,37 @@ class Backend:
     # -- compilation (used by the conformance suite) --------------------------------------------
     def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """``fn`` compiled with this framework's tracing compiler, or None if it has none."""
+        return None
+
+    def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
+                                                           Callable[[], int]]:
+        """``fn`` compiled as by :meth:`jit`, and a function returning how many times it has been
+        traced so far (a call that retraces increases it). The default counts executions of the
+        Python function, which tracing compilers run once per trace."""
+        count = [0]
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            return fn(*args, **kwargs)
+
+        return self.jit(counted), lambda: count[0]
+
+    def is_tracing(self, x: Any) -> bool:
+        """True if ``x`` is a placeholder of a tracing compiler (its values are unknown now).
+        Encoders then neither read values on the host nor touch eager caches."""
+        return False
+
+    # -- fast paths -----------------------------------------------------------------------------
+    def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
+                     interleaved: bool) -> Any | None:
+        """A native rotation of ``x``'s feature pairs, or None to use the generic Array API one
+        (:func:`peregistry.encoders.base.apply_rotation`, the reference it must match).
+
+        ``cos``/``sin`` are ``(..., rotary_dim/2)`` (float32 or wider) and broadcast against
+        ``x.shape[:-1]``; the pairs are ``(2i, 2i+1)`` if ``interleaved`` else
+        ``(i, i + rotary_dim/2)``; features from ``rotary_dim`` on pass through. The rotation
+        runs in the tables' dtype and the result has ``x``'s dtype.
+        """
         return None
 
     def __repr__(self) -> str:

@@ -20,6 +20,7 @@ result is cast to the requested dtype exactly once, here.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -385,11 +386,280 @@ class AbsoluteEncoder(Encoder):
 
 
 class RotaryEncoder(Encoder):
-    """Rotates query/key features by position-dependent angles (RoPE and relatives)."""
+    """Rotates query/key features by position-dependent angles (RoPE and relatives).
+
+    Feature pairs ``(a_i, b_i)`` of the first ``rotary_dim`` features are rotated by the angle
+    ``θ_i(p)`` of their position (RoFormer, Su et al. 2021, arXiv:2104.09864, eq. 34)::
+
+        a_i' = a_i·cos θ_i - b_i·sin θ_i,    b_i' = b_i·cos θ_i + a_i·sin θ_i
+
+    scaled by an attention factor where a scaling type asks for one. Which features pair up is
+    the ``layout``: ``"half"`` pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX, Llama),
+    ``"interleaved"`` pairs ``(2i, 2i+1)`` (RoFormer, GPT-J); features past ``rotary_dim`` pass
+    through unchanged.
+
+    The public methods live here. A subclass provides the angles through one private hook,
+    :meth:`_half_cos_sin` (``cos θ_i``, ``sin θ_i`` per pair, for given positions, in
+    ``ctx.wide``), and may change how positions look (:meth:`_position_batch_shape`,
+    :meth:`_default_positions`, e.g. M-RoPE's ``(len(sections), ...)`` positions); the rotation
+    itself (:meth:`_apply_rotation`) is shared.
+
+    Angles and tables are computed in ``ctx.wide`` (float64 where the backend has it, else
+    float32 with exact range reduction); the rotation runs in ``x``'s dtype for float32/float64
+    inputs and in float32 for narrower ones (bfloat16, float16), with one cast at the end.
+    Tables for ``positions=None`` and an integer ``offset`` are cached per encoder in eager mode
+    (never while tracing under ``jax.jit`` / ``torch.compile``).
+    """
 
     kind = "rotary"
     continuous = True
     __slots__ = ()
+
+    #: Upper bound on cached eager-mode cos/sin tables per encoder.
+    _TABLE_CACHE_SIZE: ClassVar[int] = 16
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        # Created once here, so tracing never sees the outer cache dict change.
+        self._cache.setdefault("freqs", {})
+        self._cache["tables"] = {}
+
+    # -- what a subclass may override ----------------------------------------------------------
+    def _head_dim(self) -> int:
+        """Length of the feature axis ``x.shape[-1]`` (the ``dim`` option)."""
+        return int(self._values["dim"])
+
+    def _rotary_dim(self) -> int:
+        """How many leading features are rotated (``rotary_dim`` option, default ``dim``)."""
+        rd = self._values.get("rotary_dim")
+        return self._head_dim() if rd is None else int(rd)
+
+    def _interleaved(self) -> bool:
+        """True if pairs are ``(2i, 2i+1)``, False for ``(i, i + rotary_dim/2)``."""
+        return bool(self._values.get("layout", "half") == "interleaved")
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor on ``cos`` and ``sin`` (1.0 unless a scaling type sets one)."""
+        return 1.0
+
+    def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
+        """How the angles depend on the sequence length: ``("none", ())``, ``("piecewise",
+        breakpoints)`` or ``("continuous", ())`` (see :mod:`.rope_scaling`)."""
+        return "none", ()
+
+    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
+        """The shape positions contribute to the output's leading axes."""
+        return tuple(positions.shape)
+
+    def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
+        """Positions for ``positions=None``: ``offset + arange(seq)``."""
+        xp = ctx.xp
+        if isinstance(offset, int):
+            return xp.arange(offset, offset + seq, device=ctx.device)
+        ar = xp.arange(seq, dtype=offset.dtype, device=ctx.device)
+        return offset + ar
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,
+        rotary_dim/2)`` in ``ctx.wide``, for the sequence length ``seq_len`` (None: unknown)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _half_cos_sin")
+
+    # -- public methods ------------------------------------------------------------------------
+    def cos_sin(self, positions: Any, *, dtype: Any = None,
+                seq_len: int | None = None) -> tuple[Any, Any]:
+        """``(cos, sin)``, each ``(*positions.shape, rotary_dim)`` in the encoder's layout
+        (``[c0 .. c_{h-1} c0 .. c_{h-1}]`` for half, ``[c0 c0 c1 c1 ..]`` for interleaved),
+        attention factor included, of ``dtype`` (default: the namespace's default float).
+
+        ``seq_len`` matters only for scalings that depend on the sequence length (``dynamic``,
+        ``longrope``); omitted, it is ``max(positions) + 1`` as in Hugging Face (read from the
+        data in eager mode; under ``jax.jit``/``torch.compile`` piecewise scalings select on
+        device and ``dynamic`` asks for it).
+        """
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        xp = ctx.xp
+        shape = (*self._position_batch_shape(pos), self._rotary_dim())
+        if self._interleaved():  # [c0 c1 ..] -> [c0 c0 c1 c1 ..]
+            cos = xp.reshape(xp.stack((cos, cos), axis=-1), shape)
+            sin = xp.reshape(xp.stack((sin, sin), axis=-1), shape)
+        else:  # [c0 c1 ..] -> [c0 c1 .. c0 c1 ..]
+            cos = xp.concat((cos, cos), axis=-1)
+            sin = xp.concat((sin, sin), axis=-1)
+        return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
+
+    def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
+               params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
+        """``x`` rotated at ``positions``: same shape, dtype, namespace and device as ``x``.
+
+        :param x: ``(..., seq, dim)`` queries or keys (any real floating dtype).
+        :param positions: broadcasts against ``x.shape[:-1]`` (shared ``(seq,)``, per batch
+            ``(batch, 1, seq)``, ...); integer or real. ``None`` means ``offset + arange(seq)``.
+        :param offset: int or integer array added to ``arange(seq)`` when ``positions`` is None
+            (the number of cached tokens while decoding).
+        :param params: must be None (rotary encoders have no learned parameters).
+        :param seq_len: sequence length for ``dynamic``/``longrope`` scaling (see
+            :meth:`cos_sin`); with ``positions=None`` and an int ``offset`` it defaults to
+            ``offset + seq``, known without looking at data.
+        """
+        return self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
+                            native=True)
+
+    # -- machinery -----------------------------------------------------------------------------
+    def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
+                seq_len: int | None, native: bool) -> Any:
+        """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
+        reference the conformance suite compares backend fast paths with)."""
+        offset_arr = None if isinstance(offset, int) and not isinstance(offset, bool) else offset
+        ctx, (x, pos, offset_arr) = self._context(x, positions, offset_arr)
+        self._check_params(params, ctx)
+        xp = ctx.xp
+        if not xp.isdtype(x.dtype, "real floating"):
+            raise TypeError(f"{self.name}: x must have a real floating dtype, got {x.dtype}")
+        dim = self._head_dim()
+        xshape = tuple(x.shape)
+        if len(xshape) == 0 or xshape[-1] != dim:
+            raise ValueError(f"{self.name}: x.shape={xshape}, but x.shape[-1] should be dim="
+                             f"{dim} (x is (..., seq, dim))")
+        seq_len = self._check_seq_len(seq_len)
+        tracing = ctx.backend.is_tracing(x)
+        static_len = None
+        if pos is None:
+            if len(xshape) < 2:
+                raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
+                                 f"(..., seq, dim), or pass positions")
+            if offset_arr is not None:
+                self._positions(offset_arr, ctx, what="offset")
+                off: Any = offset_arr
+            elif isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError(f"{self.name}: offset must be an int or an integer array, got "
+                                f"{offset!r}")
+            else:
+                off = offset
+                static_len = offset + xshape[-2]
+            pos = self._default_positions(xshape[-2], off, ctx=ctx)
+        else:
+            if offset_arr is not None or offset != 0:
+                raise ValueError(f"{self.name}: offset={offset!r} is only used with "
+                                 f"positions=None; add it to the positions instead")
+            pos = self._positions(pos, ctx)
+        batch = self._position_batch_shape(pos)
+        target = xshape[:-1]
+        if not _broadcasts_into(batch, target):
+            raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
+                             f"x.shape[:-1]={target}; use (seq,) shared or e.g. (batch, 1, seq)")
+        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
+        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
+        key = None
+        if static_len is not None and not tracing:
+            key = (offset, xshape[-2], seq_len, str(ctx.device), cdt)
+            cached = self._cache["tables"].get(key)
+            if cached is not None:
+                return self._apply_rotation(x, *cached, cdt=cdt, ctx=ctx, native=native)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing,
+                               static_len=static_len)
+        cos, sin = xp.astype(cos, cdt), xp.astype(sin, cdt)
+        if key is not None:
+            tables = self._cache["tables"]
+            if len(tables) >= self._TABLE_CACHE_SIZE:
+                tables.pop(next(iter(tables)))
+            tables[key] = (cos, sin)
+        return self._apply_rotation(x, cos, sin, cdt=cdt, ctx=ctx, native=native)
+
+    def _check_seq_len(self, seq_len: Any) -> int | None:
+        if seq_len is None:
+            return None
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int):
+            try:
+                import operator
+
+                seq_len = operator.index(seq_len)
+            except TypeError:
+                raise TypeError(f"{self.name}: seq_len must be None or a Python int (the "
+                                f"sequence length, static under jit), got {seq_len!r}") from None
+        if seq_len < 0:
+            raise ValueError(f"{self.name}: seq_len must be >= 0, got {seq_len}")
+        return int(seq_len)
+
+    def _table(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
+               static_len: int | None) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
+        dependence, breakpoints = self._seq_len_dependence()
+        if dependence == "none":
+            return self._half_cos_sin(pos, ctx=ctx, seq_len=None)
+        if seq_len is None:
+            seq_len = static_len
+        if seq_len is None and not tracing:
+            size = 1
+            for n in pos.shape:
+                size *= int(n)
+            if size:
+                seq_len = math.floor(float(ctx.xp.max(pos))) + 1
+        if seq_len is not None or not tracing:
+            return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
+        if dependence == "piecewise":
+            xp = ctx.xp
+            s = xp.max(pos) + 1
+            cos, sin = self._half_cos_sin(pos, ctx=ctx, seq_len=breakpoints[0] if breakpoints
+                                          else None)
+            for t in breakpoints:
+                c, si = self._half_cos_sin(pos, ctx=ctx, seq_len=t + 1)
+                cos = xp.where(s > t, c, cos)
+                sin = xp.where(s > t, si, sin)
+            return cos, sin
+        raise ValueError(
+            f"{self.name}: this scaling depends on the sequence length, which cannot be read "
+            f"from traced positions (jax.jit / torch.compile); pass seq_len=<int> (Hugging "
+            f"Face uses max(positions) + 1), or positions=None with an int offset"
+        )
+
+    def _apply_rotation(self, x: Any, cos: Any, sin: Any, *, cdt: Any, ctx: Ctx,
+                        native: bool) -> Any:
+        """Rotate the pairs of ``x`` by half-width tables ``cos``/``sin`` (of dtype ``cdt``);
+        the result has ``x``'s dtype. A backend fast path is used if ``native`` and offered."""
+        rd, interleaved = self._rotary_dim(), self._interleaved()
+        if native:
+            out = ctx.backend.apply_rotary(x, cos, sin, rotary_dim=rd, interleaved=interleaved)
+            if out is not None:
+                return out
+        return apply_rotation(x, cos, sin, rotary_dim=rd, interleaved=interleaved, cdt=cdt,
+                              xp=ctx.xp)
+
+
+def _broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True if ``shape`` broadcasts to exactly ``target`` (never enlarging it)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+
+
+def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
+                   xp: Any) -> Any:
+    """The generic (Array API) rotation, the reference for backend fast paths.
+
+    ``cos``/``sin`` are ``(..., rotary_dim/2)`` per pair and broadcast against
+    ``x.shape[:-1]``; the rotation runs in ``cdt`` and the result is cast to ``x.dtype`` once.
+    """
+    dim = x.shape[-1]
+    h = rotary_dim // 2
+    xc = x if x.dtype == cdt else xp.astype(x, cdt)
+    xr = xc[..., :rotary_dim] if rotary_dim < dim else xc
+    if interleaved:
+        # x: [x0 x1 x2 x3] -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, x3·c1 + x2·s1]
+        pairs = xp.reshape(xr, (*xr.shape[:-1], h, 2))
+        a, b = pairs[..., 0], pairs[..., 1]
+        out = xp.reshape(xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-1), xr.shape)
+    else:
+        # x: [x0 x1 | x2 x3] -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, x3·c1 + x1·s1]
+        a, b = xr[..., :h], xr[..., h:]
+        out = xp.concat((a * cos - b * sin, b * cos + a * sin), axis=-1)
+    if rotary_dim < dim:
+        out = xp.concat((out, xc[..., rotary_dim:]), axis=-1)
+    return out if out.dtype == x.dtype else xp.astype(out, x.dtype)
 
 
 class BiasEncoder(Encoder):

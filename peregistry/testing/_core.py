@@ -86,7 +86,7 @@ def check(
 
 
 def registered_checks() -> dict[str, CheckSpec]:
-    from . import checks as _  # noqa: F401 - registers the built-in checks
+    from . import checks, checks_rotary  # noqa: F401 - registers the built-in checks
 
     return dict(_CHECKS)
 

@@ -125,3 +125,28 @@ def _absolute_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> 
 
 
 register_driver("absolute", _absolute_sample, _absolute_call)
+
+
+# -- rotary --------------------------------------------------------------------------------------
+def _rotary_sample(case: Case, enc: Encoder, shape: tuple[int, ...]) -> Probe:
+    """``x`` of shape ``(*batch, dim)`` rotated at positions of ``shape``, where ``batch`` is
+    ``shape`` with its 1-axes widened (so positions broadcast) and a batch axis before a lone
+    sequence axis."""
+    import numpy as np
+
+    pos = enc.example_positions(case.rng, shape)
+    pshape = tuple(pos.shape)
+    batch = tuple(3 if n == 1 else n for n in pshape)
+    if len(batch) == 1:
+        batch = (2, *batch)
+    dim: int = enc._head_dim()  # type: ignore[attr-defined]
+    x = np.asarray(case.rng.standard_normal((*batch, dim)), dtype=np.float64)
+    return Probe({"x": x, "positions": pos}, float_args=frozenset({"x"}), dtype_arg=False,
+                 expected_shape=x.shape)
+
+
+def _rotary_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> Any:
+    return enc.rotate(a["x"], a["positions"], params=params)  # type: ignore[attr-defined]
+
+
+register_driver("rotary", _rotary_sample, _rotary_call)
