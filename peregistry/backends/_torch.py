@@ -13,6 +13,19 @@ from ._base import Backend
 COMPILE_BACKEND_ENV = "PEREGISTRY_TORCH_COMPILE_BACKEND"
 
 
+def _import_inductor_quietly() -> None:
+    """Import inductor with its one import-time DeprecationWarning silenced: torch 2.13's
+    ``torch.utils.mkldnn`` (pulled in by ``torch._inductor.compile_fx``) still decorates with
+    ``torch.jit.script_method``, so the *first* inductor compile in a process fails when warnings
+    are errors, whatever is being compiled. Nothing else is filtered."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated",
+                                category=DeprecationWarning)
+        import torch._inductor.compile_fx  # noqa: F401
+
+
 class TorchBackend(Backend):
     name = "torch"
     priority = 10
@@ -86,6 +99,8 @@ class TorchBackend(Backend):
         import torch
 
         backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
+        if backend == "inductor":
+            _import_inductor_quietly()
         return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
 
     def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
@@ -94,7 +109,10 @@ class TorchBackend(Backend):
         import torch
         from torch._dynamo.testing import CompileCounterWithBackend
 
-        counter = CompileCounterWithBackend(os.environ.get(COMPILE_BACKEND_ENV, "inductor"))
+        backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
+        if backend == "inductor":
+            _import_inductor_quietly()
+        counter = CompileCounterWithBackend(backend)
         compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=counter)
         return compiled, lambda: int(counter.frame_count)
 
@@ -103,10 +121,30 @@ class TorchBackend(Backend):
 
         return bool(torch.compiler.is_compiling())
 
+    def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
+                                                                       dict[str, Any]] | None:
+        """Reverse-mode autograd: each param is detached into a fresh leaf that requires grad,
+        ``fn`` runs with grad enabled, and ``torch.autograd.grad`` returns the gradients (zeros
+        for a param ``fn`` does not use)."""
+        import torch
+
+        def g(params: Mapping[str, Any]) -> dict[str, Any]:
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            with torch.enable_grad():
+                out = fn(leaves)
+                if out.ndim != 0:
+                    raise ValueError(f"grad: fn must return a scalar, got shape "
+                                     f"{tuple(out.shape)}")
+                grads = torch.autograd.grad(out, list(leaves.values()), allow_unused=True)
+            return {k: torch.zeros_like(v) if gk is None else gk
+                    for (k, v), gk in zip(leaves.items(), grads, strict=True)}
+
+        return g
+
     def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
                      interleaved: bool) -> Any | None:
         """Native torch rotation. Eager: written into one preallocated output with ``out=`` and
-        in-place ``addcmul_`` (no concatenation, no full-size temporaries for float32/float64);
+        in-place ops (no concatenation, one half-size temporary for float32/float64);
         bfloat16/float16 inputs are promoted to the float32 tables inside each op and cast once
         when stored. Under ``torch.compile`` (or with autograd) the plain expression, which
         inductor fuses into one kernel."""
@@ -134,17 +172,21 @@ class TorchBackend(Backend):
             o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
         else:
             o1, o2 = out[..., :h], out[..., h:rotary_dim]
+        # Two products and a sum, each rounded (no fused multiply-add): bit for bit what
+        # Hugging Face's q·cos + rotate_half(q)·sin gives in float32.
         if x.dtype == cos.dtype:
+            t = torch.mul(b, sin)
             torch.mul(a, cos, out=o1)
-            o1.addcmul_(b, sin, value=-1)
+            o1.sub_(t)
+            torch.mul(a, sin, out=t)
             torch.mul(b, cos, out=o2)
-            o2.addcmul_(a, sin)
+            o2.add_(t)
         else:  # narrower x: float32 arithmetic (type promotion), one rounding into out
             t = torch.mul(a, cos)
-            t.addcmul_(b, sin, value=-1)
+            t.sub_(torch.mul(b, sin))
             o1.copy_(t)
-            t = torch.mul(b, cos)
-            t.addcmul_(a, sin)
+            torch.mul(b, cos, out=t)
+            t.add_(torch.mul(a, sin))
             o2.copy_(t)
         if rotary_dim < dim:
             out[..., rotary_dim:] = x[..., rotary_dim:]

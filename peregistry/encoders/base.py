@@ -514,7 +514,10 @@ class RotaryEncoder(Encoder):
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares backend fast paths with)."""
-        offset_arr = None if isinstance(offset, int) and not isinstance(offset, bool) else offset
+        if offset is None or isinstance(offset, bool | str | bytes):
+            raise TypeError(f"{self.name}: offset must be an int, a real number or an "
+                            f"integer/real array, got {offset!r}")
+        offset_arr = None if isinstance(offset, int) else offset
         ctx, (x, pos, offset_arr) = self._context(x, positions, offset_arr)
         self._check_params(params, ctx)
         xp = ctx.xp
@@ -536,8 +539,8 @@ class RotaryEncoder(Encoder):
                 self._positions(offset_arr, ctx, what="offset")
                 off: Any = offset_arr
             elif isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError(f"{self.name}: offset must be an int or an integer array, got "
-                                f"{offset!r}")
+                raise TypeError(f"{self.name}: offset must be an int, a real number or an "
+                                f"integer/real array, got {offset!r}")
             else:
                 off = offset
                 static_len = offset + xshape[-2]

@@ -251,7 +251,7 @@ class RopeScaling:
             return None
         if self.seq_len_dependence == "piecewise":  # the piece's index (a loop: jit-traceable)
             if seq_len is None:
-                return None
+                return 0
             return sum(1 for t in self.seq_len_breakpoints(params) if seq_len > t)
         return seq_len
 

@@ -43,36 +43,21 @@ from .base import Ctx, RotaryEncoder
 if TYPE_CHECKING:
     from .rope_scaling import RopeScaling
 
-__all__ = ["Rotary"]
+__all__ = ["Rotary", "ScaledRotary"]
 
 
-class Rotary(RotaryEncoder):
-    """Rotary position embedding, RoFormer/GPT-NeoX/Llama RoPE with HF scaling types."""
+class ScaledRotary(RotaryEncoder):
+    """Base of rotary encoders with RoFormer frequencies and a ``scaling`` option (``rotary``,
+    ``mrope``): resolves and validates the scaling type, computes the host frequencies
+    ``ω_i`` per sequence length (cached), the attention factor, and ``_half_cos_sin``.
 
-    name = "rotary"
-    properties = frozenset({"rope-layouts"})
+    Subclasses declare the options ``dim``, ``theta`` and ``scaling`` (and ``rotary_dim`` if
+    they have partial rotary) and call ``super()._validate()`` from their ``_validate``.
+    """
+
     __slots__ = ()
 
-    dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
-                 doc="head dimension: x.shape[-1]")
-    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
-                   check=lambda t: t > 0 and t != 1.0,
-                   doc="frequency base θ (HF rope_theta; Llama 3: 500000)")
-    rotary_dim = Option(int, None, nullable=True,
-                        allowed="None (= dim) or a positive even integer <= dim",
-                        check=lambda r: r > 0 and r % 2 == 0,
-                        doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
-    layout = Option(str, "half", choices=("half", "interleaved"),
-                    doc="'half': pairs (i, i+d/2), GPT-NeoX/Llama; 'interleaved': (2i, 2i+1)")
-    scaling = Option(dict, None, nullable=True,
-                     allowed="None or a dict with 'type' and that type's parameters",
-                     doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
-
     def _validate(self) -> None:
-        dim, rd = self._values["dim"], self._values["rotary_dim"]
-        if rd is not None and rd > dim:
-            raise self._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
-                                f"<= dim ({dim})")
         from .rope_scaling import resolve_scaling
 
         raw = self._values["scaling"]
@@ -87,6 +72,11 @@ class Rotary(RotaryEncoder):
         self._cache["attention_factor"] = 1.0 if obj is None else float(
             obj.attention_factor(self._rotary_dim(), self._values["theta"], params))
         self._cache["freqs"] = {}
+        # Host constants for every seq_len the traced code may ask for without a seq_len,
+        # computed now (eagerly): torch.compile would otherwise trace the NumPy code.
+        self._frequencies(None)
+        for t in self._seq_len_dependence()[1]:
+            self._frequencies(t + 1)
 
     # -- frequencies -----------------------------------------------------------------------------
     @property
@@ -114,7 +104,7 @@ class Rotary(RotaryEncoder):
         if freqs is None:
             import numpy as np
 
-            rd, theta = self._rotary_dim(), self.theta
+            rd, theta = self._rotary_dim(), float(self._values["theta"])
             if sc is None:
                 omega = base_inv_freq(rd, theta)
             else:
@@ -149,6 +139,36 @@ class Rotary(RotaryEncoder):
         if af != 1.0 and math.isfinite(af):
             cos, sin = cos * af, sin * af
         return cos, sin
+
+
+class Rotary(ScaledRotary):
+    """Rotary position embedding, RoFormer/GPT-NeoX/Llama RoPE with HF scaling types."""
+
+    name = "rotary"
+    properties = frozenset({"rope-layouts"})
+    __slots__ = ()
+
+    dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
+                 doc="head dimension: x.shape[-1]")
+    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
+                   check=lambda t: t > 0 and t != 1.0,
+                   doc="frequency base θ (HF rope_theta; Llama 3: 500000)")
+    rotary_dim = Option(int, None, nullable=True,
+                        allowed="None (= dim) or a positive even integer <= dim",
+                        check=lambda r: r > 0 and r % 2 == 0,
+                        doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
+    layout = Option(str, "half", choices=("half", "interleaved"),
+                    doc="'half': pairs (i, i+d/2), GPT-NeoX/Llama; 'interleaved': (2i, 2i+1)")
+    scaling = Option(dict, None, nullable=True,
+                     allowed="None or a dict with 'type' and that type's parameters",
+                     doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
+
+    def _validate(self) -> None:
+        dim, rd = self._values["dim"], self._values["rotary_dim"]
+        if rd is not None and rd > dim:
+            raise self._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
+                                f"<= dim ({dim})")
+        super()._validate()
 
 
 @hookimpl
