@@ -1,0 +1,171 @@
+"""Benchmark of ``rotary`` against baselines, as ratios measured in one run.
+
+Each ratio is median(time of ours) / median(time of the baseline), with the two timed in
+interleaved repetitions (ours, baseline, ours, baseline, ...) so drifts of the machine hit both.
+
+* prefill, torch float32 and bfloat16, q and k of (1, 32, 4096, 128) and (4, 8, 2048, 64):
+  ``rotate(q); rotate(k)`` vs ``q.clone(); k.clone()`` (goal <= 2x);
+* decode, (8, 32, 1, 128) at position 4095, one torch thread: vs a minimal hand-written torch
+  RoPE (goal <= 1.2x);
+* ``jax.jit(rotate)`` vs a jitted hand-written jax RoPE (goal <= 1.1x), prefill and decode;
+* NumPy vs a hand-written NumPy RoPE (goal <= 1.2x).
+
+Run: ``python benchmarks/bench_rotary.py [--reps N] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import peregistry as per
+
+
+def interleaved(ours: Callable[[], Any], base: Callable[[], Any], reps: int,
+                sync: Callable[[Any], Any] = lambda r: r) -> float:
+    for _ in range(2):  # warm-up (allocator, caches, compilation)
+        sync(ours())
+        sync(base())
+    t_ours, t_base = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        sync(ours())
+        t1 = time.perf_counter()
+        sync(base())
+        t2 = time.perf_counter()
+        t_ours.append(t1 - t0)
+        t_base.append(t2 - t1)
+    return statistics.median(t_ours) / statistics.median(t_base)
+
+
+def report(name: str, ratio: float, goal: float) -> None:
+    mark = "ok" if ratio <= goal else "MISSED"
+    print(f"{name:<58} {ratio:6.2f}x   (goal <= {goal}x: {mark})", flush=True)
+
+
+def torch_prefill(reps: int, quick: bool) -> None:
+    import torch
+
+    shapes = [(4, 8, 2048, 64)] if quick else [(1, 32, 4096, 128), (4, 8, 2048, 64)]
+    for shape in shapes:
+        enc = per.get_encoder("rotary", dim=shape[-1])
+        for dtype in (torch.float32, torch.bfloat16):
+            q = torch.randn(shape, dtype=dtype)
+            k = torch.randn(shape, dtype=dtype)
+            r = interleaved(lambda q=q, k=k, enc=enc: (enc.rotate(q), enc.rotate(k)),
+                            lambda q=q, k=k: (q.clone(), k.clone()), reps)
+            report(f"torch prefill {shape} {str(dtype)[6:]} vs clone", r, 2.0)
+
+
+def _torch_minimal_rope(inv_freq: Any) -> Callable[[Any, int], Any]:
+    import torch
+
+    def rope(x: Any, pos: int) -> Any:
+        freqs = torch.arange(pos, pos + x.shape[-2], dtype=torch.float32)[:, None] * inv_freq
+        cos, sin = freqs.cos(), freqs.sin()
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    return rope
+
+
+def torch_decode(reps: int) -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        enc = per.get_encoder("rotary", dim=128)
+        inv = torch.tensor(enc.inv_freq(), dtype=torch.float32)  # type: ignore[attr-defined]
+        rope = _torch_minimal_rope(inv)
+        q = torch.randn(8, 32, 1, 128)
+        r = interleaved(lambda: enc.rotate(q, offset=4095), lambda: rope(q, 4095), reps * 20)
+        report("torch decode (8, 32, 1, 128) @4095, 1 thread", r, 1.2)
+        pos = torch.tensor([4095])
+        r = interleaved(lambda: enc.rotate(q, pos), lambda: rope(q, 4095), reps * 20)
+        report("  same, explicit positions tensor (no table cache)", r, 1.2)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def jax_bench(reps: int, quick: bool) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def hand(inv: Any) -> Callable[[Any, Any], Any]:
+        def rope(x: Any, pos: Any) -> Any:
+            freqs = pos.astype(jnp.float32)[:, None] * inv
+            cos, sin = jnp.cos(freqs), jnp.sin(freqs)
+            h = x.shape[-1] // 2
+            x1, x2 = x[..., :h], x[..., h:]
+            return jnp.concatenate((x1 * cos - x2 * sin, x2 * cos + x1 * sin), axis=-1)
+
+        return jax.jit(rope)
+
+    cases = [((4, 8, 2048, 64), 0), ((8, 32, 1, 128), 4095)]
+    if not quick:
+        cases.insert(0, ((1, 32, 4096, 128), 0))
+    for shape, start in cases:
+        enc = per.get_encoder("rotary", dim=shape[-1])
+        inv = jnp.asarray(enc.inv_freq(), dtype=jnp.float32)  # type: ignore[attr-defined]
+        ours = jax.jit(lambda x, p, enc=enc: enc.rotate(x, p))  # type: ignore[attr-defined]
+        base = hand(inv)
+        x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), dtype=jnp.float32)
+        pos = jnp.arange(start, start + shape[-2])
+        n = reps if shape[-2] > 1 else reps * 20
+        r = interleaved(lambda x=x, pos=pos, ours=ours: ours(x, pos),
+                        lambda x=x, pos=pos, base=base: base(x, pos), n,
+                        sync=lambda out: out.block_until_ready())
+        report(f"jax.jit {shape} vs jitted hand-written (no x64)", r, 1.1)
+
+
+def numpy_bench(reps: int, quick: bool) -> None:
+    def hand(x: Any, pos: Any, inv: Any) -> Any:
+        freqs = pos[:, None].astype(np.float64) * inv
+        cos, sin = np.cos(freqs), np.sin(freqs)
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return np.concatenate((x1 * cos - x2 * sin, x2 * cos + x1 * sin), axis=-1).astype(
+            x.dtype)
+
+    cases = [((4, 8, 2048, 64), 0), ((8, 32, 1, 128), 4095)]
+    for shape, start in cases:
+        enc = per.get_encoder("rotary", dim=shape[-1])
+        inv = enc.inv_freq()  # type: ignore[attr-defined]
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        pos = np.arange(start, start + shape[-2])
+        n = reps if shape[-2] > 1 else reps * 20
+        r = interleaved(lambda x=x, s=start, enc=enc: enc.rotate(x, offset=s),
+                        lambda x=x, pos=pos, inv=inv: hand(x, pos, inv), n)
+        report(f"numpy {shape} float32 vs hand-written", r, 1.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="skip the largest shapes")
+    args = parser.parse_args()
+    print(f"ratios = median(ours) / median(baseline), {args.reps} interleaved repetitions")
+    try:
+        import torch
+
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        torch_prefill(args.reps, args.quick)
+        torch_decode(args.reps)
+    except ImportError:
+        print("torch not installed: skipped")
+    try:
+        jax_bench(args.reps, args.quick)
+    except ImportError:
+        print("jax not installed: skipped")
+    numpy_bench(args.reps, args.quick)
+
+
+if __name__ == "__main__":
+    main()
