@@ -484,3 +484,33 @@ def test_conformance(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_conformance_dynamic(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     _compile_cheaply(case, monkeypatch)
     case.run()
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [None, 32])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+@pytest.mark.parametrize(
+    ("shape", "pos_shape"),
+    [((2, 4, 1024, 64), (1024,)), ((1, 2, 4096, 64), (1,)), ((3, 700, 256), (700,))],
+)
+def test_torch_blocked_fast_path_is_bit_identical_to_generic(
+    layout: str, rotary_dim: int | None, dtype: str, shape: tuple[int, ...],
+    pos_shape: tuple[int, ...],
+) -> None:
+    """Inputs large enough for the cache-blocked eager path (>= 2 blocks) give exactly the
+    generic Array API rotation, in every dtype and layout, partial rotary included."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+
+    from peregistry.backends._torch import BLOCK_ELEMENTS
+
+    assert math.prod(shape) >= 2 * BLOCK_ELEMENTS
+    enc = per.get_encoder("rotary", dim=shape[-1], rotary_dim=rotary_dim, layout=layout)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).to(getattr(torch, dtype))
+    pos = torch.randint(0, 5000, pos_shape, generator=gen)
+    fast = enc.rotate(x, pos)
+    generic = enc._rotate(x, pos, offset=0, params=None, seq_len=None, native=False)
+    assert fast.dtype == x.dtype
+    assert torch.equal(fast, generic)

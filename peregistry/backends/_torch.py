@@ -26,6 +26,58 @@ def _import_inductor_quietly() -> None:
         import torch._inductor.compile_fx  # noqa: F401
 
 
+#: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
+#: stay in the last-level cache while the four passes over it run.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def _rotate_into(x: Any, big_c: Any, big_s: Any, out: Any, tmp: Any, interleaved: bool) -> None:
+    """``out = x·C + swap(x)·S`` with ``swap`` exchanging the two members of each pair; every
+    product and the sum rounded once (no fused multiply-add), as HF's expression is."""
+    import torch
+
+    h = x.shape[-1] // 2
+    torch.mul(x, big_c, out=out)
+    if interleaved:
+        # x: [x0 x1 x2 x3] -> swap(x)·S = [-x1·s0, x0·s0, -x3·s1, x2·s1]
+        torch.mul(x[..., 1::2], big_s[..., 0::2], out=tmp[..., 0::2])
+        torch.mul(x[..., 0::2], big_s[..., 1::2], out=tmp[..., 1::2])
+    else:
+        # x: [x0 x1 | x2 x3] -> swap(x)·S = [-x2·s0, -x3·s1 | x0·s0, x1·s1]
+        torch.mul(x[..., h:], big_s[..., :h], out=tmp[..., :h])
+        torch.mul(x[..., :h], big_s[..., h:], out=tmp[..., h:])
+    out.add_(tmp)
+
+
+def _rotate_halves_into(x: Any, cos: Any, sin: Any, out: Any, rotary_dim: int,
+                        interleaved: bool) -> None:
+    """The unblocked eager rotation on half-width tables (few dispatches: small inputs, decode).
+    Two products and a sum, each rounded: bit for bit HF's ``q·cos + rotate_half(q)·sin``."""
+    import torch
+
+    h = rotary_dim // 2
+    if interleaved:
+        a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+    else:
+        a, b = x[..., :h], x[..., h:rotary_dim]
+        o1, o2 = out[..., :h], out[..., h:rotary_dim]
+    if x.dtype == cos.dtype:
+        t = torch.mul(b, sin)
+        torch.mul(a, cos, out=o1)
+        o1.sub_(t)
+        torch.mul(a, sin, out=t)
+        torch.mul(b, cos, out=o2)
+        o2.add_(t)
+    else:  # narrower x: float32 arithmetic (type promotion), one rounding into out
+        t = torch.mul(a, cos)
+        t.sub_(torch.mul(b, sin))
+        o1.copy_(t)
+        torch.mul(b, cos, out=t)
+        t.add_(torch.mul(a, sin))
+        o2.copy_(t)
+
+
 class TorchBackend(Backend):
     name = "torch"
     priority = 10
@@ -143,23 +195,28 @@ class TorchBackend(Backend):
 
     def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
                      interleaved: bool) -> Any | None:
-        """Native torch rotation. Eager: written into one preallocated output with ``out=`` and
-        in-place ops (no concatenation, one half-size temporary for float32/float64);
-        bfloat16/float16 inputs are promoted to the float32 tables inside each op and cast once
-        when stored. Under ``torch.compile`` (or with autograd) the plain expression, which
-        inductor fuses into one kernel."""
+        """Native torch rotation, bit for bit Hugging Face's ``q·cos + rotate_half(q)·sin``.
+
+        Under ``torch.compile`` (or with autograd) the plain expression, which inductor fuses into
+        one kernel. Eager, the rotation is ``out = x·C + swap(x)·S`` with full-width tables
+        ``C = [c, c]``, ``S = [-s, s]`` (two products and a sum, each rounded as in HF; negating
+        ``s`` is exact) written with ``out=`` ops into one preallocated output. Large inputs are
+        processed in cache-sized blocks (:data:`BLOCK_ELEMENTS`), so that the four passes run in
+        cache and main memory sees about one read of ``x`` and one write of the output, as a copy
+        does. bfloat16/float16 blocks are widened to float32 in cache and rounded once.
+        """
         import torch
 
         dim = x.shape[-1]
         h = rotary_dim // 2
-        if interleaved:
-            a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
-        else:
-            a, b = x[..., :h], x[..., h:rotary_dim]
         functional = torch.compiler.is_compiling() or (
             torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
                                          or sin.requires_grad))
         if functional:
+            if interleaved:
+                a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+            else:
+                a, b = x[..., :h], x[..., h:rotary_dim]
             o1 = a * cos - b * sin
             o2 = b * cos + a * sin
             rot = (torch.stack((o1, o2), dim=-1).flatten(-2) if interleaved
@@ -168,26 +225,51 @@ class TorchBackend(Backend):
                 rot = torch.cat((rot, x[..., rotary_dim:].to(rot.dtype)), dim=-1)
             return rot.to(x.dtype)
         out = torch.empty_like(x)
-        if interleaved:
-            o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
-        else:
-            o1, o2 = out[..., :h], out[..., h:rotary_dim]
-        # Two products and a sum, each rounded (no fused multiply-add): bit for bit what
-        # Hugging Face's q·cos + rotate_half(q)·sin gives in float32.
-        if x.dtype == cos.dtype:
-            t = torch.mul(b, sin)
-            torch.mul(a, cos, out=o1)
-            o1.sub_(t)
-            torch.mul(a, sin, out=t)
-            torch.mul(b, cos, out=o2)
-            o2.add_(t)
-        else:  # narrower x: float32 arithmetic (type promotion), one rounding into out
-            t = torch.mul(a, cos)
-            t.sub_(torch.mul(b, sin))
-            o1.copy_(t)
-            torch.mul(b, cos, out=t)
-            t.add_(torch.mul(a, sin))
-            o2.copy_(t)
         if rotary_dim < dim:
             out[..., rotary_dim:] = x[..., rotary_dim:]
+        seq = x.shape[-2] if x.dim() >= 2 else 1
+        shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
+        if not shared or x.numel() < 2 * BLOCK_ELEMENTS:
+            _rotate_halves_into(x, cos, sin, out, rotary_dim, interleaved)
+            return out
+        # Full-width tables in the pair layout: C = [c, c], S = [-s, s] (interleaved: c0 c0 ..).
+        if interleaved:
+            big_c = torch.stack((cos, cos), dim=-1).flatten(-2)
+            big_s = torch.stack((-sin, sin), dim=-1).flatten(-2)
+        else:
+            big_c = torch.cat((cos, cos), dim=-1)
+            big_s = torch.cat((-sin, sin), dim=-1)
+        wide = big_c.dtype
+        same = x.dtype == wide
+        lead = tuple(x.shape[:-2])
+        # Cache-blocked: blocks of `rows` sequence positions of `group` leading slices.
+        big_c = big_c.expand(*big_c.shape[:-2], seq, rotary_dim).reshape(seq, rotary_dim)
+        big_s = big_s.expand(*big_s.shape[:-2], seq, rotary_dim).reshape(seq, rotary_dim)
+        n_lead = 1
+        for n in lead:
+            n_lead *= int(n)
+        x3, o3 = x.reshape(n_lead, seq, dim), out.reshape(n_lead, seq, dim)
+        rows = max(1, min(seq, BLOCK_ELEMENTS // dim))
+        group = max(1, BLOCK_ELEMENTS // (seq * dim)) if rows == seq else 1
+        tmp = torch.empty((group, rows, rotary_dim), dtype=wide, device=x.device)
+        xw = ow = None
+        if not same:
+            xw = torch.empty((group, rows, rotary_dim), dtype=wide, device=x.device)
+            ow = torch.empty((group, rows, rotary_dim), dtype=wide, device=x.device)
+        for g0 in range(0, n_lead, group):
+            g1 = min(n_lead, g0 + group)
+            for s0 in range(0, seq, rows):
+                s1 = min(seq, s0 + rows)
+                xs = x3[g0:g1, s0:s1, :rotary_dim]
+                os_ = o3[g0:g1, s0:s1, :rotary_dim]
+                c, sn = big_c[s0:s1], big_s[s0:s1]
+                t = tmp[: g1 - g0, : s1 - s0]
+                if same:
+                    _rotate_into(xs, c, sn, os_, t, interleaved)
+                else:
+                    assert xw is not None and ow is not None
+                    xb, ob = xw[: g1 - g0, : s1 - s0], ow[: g1 - g0, : s1 - s0]
+                    xb.copy_(xs)
+                    _rotate_into(xb, c, sn, ob, t, interleaved)
+                    os_.copy_(ob)
         return out
