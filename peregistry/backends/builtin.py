@@ -10,7 +10,6 @@ from ._numpy import NumpyBackend
 from ._strict import StrictBackend
 from ._torch import TorchBackend
 
-
 _BUILTIN: list[Backend] = [TorchBackend(), JaxBackend(), StrictBackend(), NumpyBackend()]
 
 

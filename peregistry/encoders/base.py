@@ -99,6 +99,11 @@ class Encoder:
     _option_specs: ClassVar[dict[str, Option]] = {}
 
     __slots__ = ("_cache", "_hash", "_key", "_values")
+    _values: dict[str, Any]
+    _key: tuple[tuple[str, Any], ...]
+    _hash: int
+    #: Derived host constants (frequencies, ...): filled lazily, never part of identity.
+    _cache: dict[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -141,9 +146,9 @@ class Encoder:
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_cache", {})
         self._validate()
-        key = tuple(values.items())
-        object.__setattr__(self, "_key", key)
-        object.__setattr__(self, "_hash", hash((self.name, key)))
+        identity = tuple(values.items())
+        object.__setattr__(self, "_key", identity)
+        object.__setattr__(self, "_hash", hash((self.name, identity)))
 
     # -- validation ----------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -459,6 +464,11 @@ class RotaryEncoder(Encoder):
             return xp.arange(offset, offset + seq, device=ctx.device)
         ar = xp.arange(seq, dtype=offset.dtype, device=ctx.device)
         return offset + ar
+
+    def text_positions(self, positions: Any) -> Any:
+        """Positions for tokens at the scalar ``positions`` (text): the positions themselves;
+        multi-axis encoders (M-RoPE) put one copy per axis in front."""
+        return positions
 
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,

@@ -135,7 +135,7 @@ def _rotary_sample(case: Case, enc: Encoder, shape: tuple[int, ...]) -> Probe:
     import numpy as np
 
     pos = enc.example_positions(case.rng, shape)
-    pshape = tuple(pos.shape)
+    pshape = tuple(enc._position_batch_shape(pos))  # type: ignore[attr-defined]
     batch = tuple(3 if n == 1 else n for n in pshape)
     if len(batch) == 1:
         batch = (2, *batch)

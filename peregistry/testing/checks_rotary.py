@@ -38,7 +38,7 @@ def _rotary_dim_and_factor(case: Case) -> tuple[int, float]:
     import numpy as np
 
     name = _wide_name(case)
-    cos, sin = case.encoder.cos_sin(case.asarray(np.asarray([3])),  # type: ignore[attr-defined]
+    cos, sin = case.encoder.cos_sin(_pos(case, [3]),  # type: ignore[attr-defined]
                                     dtype=case.float_dtypes[name])
     c, s = case.to_numpy(cos), case.to_numpy(sin)
     return int(c.shape[-1]), float(np.sqrt(c[0, 0] ** 2 + s[0, 0] ** 2))
@@ -52,8 +52,17 @@ def _rotate(case: Case, x: Any, positions: Any = None, *, dtype: str | None = No
     enc: Any = case.encoder if encoder is None else encoder
     name = dtype or _wide_name(case)
     xb = case.asarray(np.asarray(x), dtype=name)
-    pb = None if positions is None else case.asarray(np.asarray(positions))
+    pb = None if positions is None else _pos(case, positions, encoder=enc)
     return case.to_numpy(enc.rotate(xb, pb, **kw))
+
+
+def _pos(case: Case, positions: Any, *, encoder: Any = None, device: Any = None) -> Any:
+    """Backend positions for tokens at the given scalar positions (every axis equal, for
+    multi-axis encoders such as M-RoPE: ``encoder.text_positions``)."""
+    import numpy as np
+
+    enc: Any = case.encoder if encoder is None else encoder
+    return case.asarray(np.asarray(enc.text_positions(np.asarray(positions))), device=device)
 
 
 def _head_dim(case: Case) -> int:
@@ -155,7 +164,7 @@ def check_rotary_matches_cos_sin(case: Case) -> None:
     dim = _head_dim(case)
     name = _wide_name(case)
     pos = case.rng.integers(0, 3000, size=(7,))
-    cos, sin = enc.cos_sin(case.asarray(pos), dtype=case.float_dtypes[name])  # type: ignore[attr-defined]
+    cos, sin = enc.cos_sin(_pos(case, pos), dtype=case.float_dtypes[name])  # type: ignore[attr-defined]
     c, s = case.to_numpy(cos), case.to_numpy(sin)
     rd = c.shape[-1]
     if c.shape != (7, rd) or s.shape != (7, rd):
@@ -185,7 +194,7 @@ def check_rotary_layouts(case: Case) -> None:
     half = enc.replace(layout="half")
     inter = enc.replace(layout="interleaved")
     dim = _head_dim(case)
-    rd = int(half.cos_sin(case.asarray(np.asarray([0])))[0].shape[-1])  # type: ignore[attr-defined]
+    rd = int(half.cos_sin(_pos(case, [0]))[0].shape[-1])  # type: ignore[attr-defined]
     perm = _pair_perm(rd, dim)
     x = case.rng.standard_normal((2, 6, dim))
     pos = case.rng.integers(0, 3000, size=(6,))
@@ -208,7 +217,7 @@ def check_rotary_native_matches_generic(case: Case) -> None:
     dim = _head_dim(case)
     x = case.rng.standard_normal((2, 3, 5, dim))
     pos = case.rng.integers(0, 3000, size=(2, 1, 5))
-    pb = case.asarray(pos)
+    pb = _pos(case, pos)
     for name in case.float_dtypes:
         xb = case.asarray(x, dtype=name)
         fast = enc._rotate(xb, pb, offset=0, params=None, seq_len=None,  # type: ignore[attr-defined]
@@ -237,11 +246,12 @@ def check_rotary_large_positions(case: Case) -> None:
     enc = case.encoder
     pos = np.asarray([2**20 - 7, 2**20 - 1, 2**20, 2**20 + 3, 987_654], dtype=np.int64)
     np_backend = default_registry.backend("numpy")
-    ref = [np_backend.to_numpy(t) for t in enc.cos_sin(pos, dtype=np.float64)]  # type: ignore[attr-defined]
+    ref = [np_backend.to_numpy(t)
+           for t in enc.cos_sin(enc.text_positions(pos), dtype=np.float64)]  # type: ignore[attr-defined]
     _, af = _rotary_dim_and_factor(case)
     devices = case.backend.test_devices()
     for device in devices:
-        got = enc.cos_sin(case.asarray(pos, device=device),  # type: ignore[attr-defined]
+        got = enc.cos_sin(_pos(case, pos, device=device),  # type: ignore[attr-defined]
                           dtype=case.float_dtypes["float32"])
         for what, g, r in zip(("cos", "sin"), got, ref, strict=True):
             err = _err(case.to_numpy(g), r)
@@ -272,7 +282,7 @@ def check_rotary_jit_traces_once(case: Case) -> None:
         warnings.simplefilter("error")
         for _ in range(3):
             x = case.asarray(case.rng.standard_normal((2, 5, dim)), dtype="float32")
-            pos = case.asarray(case.rng.integers(0, 3000, size=(5,)))
+            pos = _pos(case, case.rng.integers(0, 3000, size=(5,)))
             xs.append((x, pos))
             try:
                 out = compiled(x, pos)
@@ -289,3 +299,50 @@ def check_rotary_jit_traces_once(case: Case) -> None:
     if _err(got, want) > tol:
         raise CheckFailure(f"jit rotate differs from eager by {_err(got, want):.3g}, but should "
                            f"be <= {tol:.3g}")
+
+
+# -- multi-axis (M-RoPE) ------------------------------------------------------------------------
+@check(kinds={"rotary"}, requires={"multi-axis"})
+def check_mrope_equals_rotary_on_equal_axes(case: Case) -> None:
+    """With every axis at the same position (text) the encoder equals its single-axis rotary
+    encoder (``text_equivalent()``) exactly, in every float dtype."""
+    import numpy as np
+
+    enc: Any = case.encoder
+    single = enc.text_equivalent()
+    dim = _head_dim(case)
+    pos = case.rng.integers(0, 5000, size=(2, 1, 6))
+    x = case.rng.standard_normal((2, 3, 6, dim))
+    for name in case.float_dtypes:
+        xb = case.asarray(x, dtype=name)
+        a = case.to_numpy(enc.rotate(xb, _pos(case, pos)))
+        b = case.to_numpy(single.rotate(xb, case.asarray(pos)))
+        if not np.array_equal(a, b):
+            raise CheckFailure(f"{name}: rotate with equal axes differs from "
+                               f"{single!r}.rotate by {_err(a, b):.3g}, but should be identical")
+
+
+@check(kinds={"rotary"}, requires={"multi-axis"})
+def check_mrope_relative_per_axis(case: Case) -> None:
+    """<R(P)q, R(P')k> depends only on the per-axis difference P - P': shifting every axis of
+    both positions by its own amount leaves the dot product unchanged."""
+    import numpy as np
+
+    enc: Any = case.encoder
+    dim = _head_dim(case)
+    axes = int(np.asarray(enc.text_positions(np.asarray([0]))).shape[0])
+    q, k = case.rng.standard_normal(dim), case.rng.standard_normal(dim)
+    m0 = case.rng.integers(100, 2000, size=(axes, 1))
+    n0 = m0 - case.rng.integers(-50, 50, size=(axes, 1))
+    shifts = case.rng.integers(0, 3000, size=(axes, 12))
+    m, n = m0 + shifts, n0 + shifts
+    name = _wide_name(case)
+    x = np.concatenate([np.tile(q, (12, 1)), np.tile(k, (12, 1))])
+    out = case.to_numpy(enc.rotate(case.asarray(x, dtype=name),
+                                   case.asarray(np.concatenate([m, n], axis=1))))
+    dots = np.sum(out[:12] * out[12:], axis=-1)
+    tol = case.tolerance(name, steps=256, scale=float(np.linalg.norm(q) * np.linalg.norm(k)))
+    spread = float(dots.max() - dots.min())
+    if spread > tol:
+        raise CheckFailure(f"<R(P)q, R(P')k> varies by {spread:.3g} under per-axis shifts of both "
+                           f"positions, but should depend only on P - P' (tolerance {tol:.3g})")
