@@ -66,13 +66,16 @@ class Option:
     :param choices: for ``str`` options, the allowed strings.
     :param nullable: ``None`` is allowed (and means "derive from the other options").
     :param doc: one line for ``--help``, the docs and ``peregistry show``.
+    :param example: a typical value for a required option (``peregistry check`` uses it when the
+        user gives none; it must be valid together with the other options' examples).
     """
 
-    __slots__ = ("allowed", "check", "choices", "default", "doc", "name", "nullable", "type")
+    __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "name", "nullable",
+                 "type")
 
     def __init__(
         self,
-        type: type,  # noqa: A002 - reads as a declaration
+        type: type,
         default: Any = REQUIRED,
         *,
         allowed: str | None = None,
@@ -80,6 +83,7 @@ class Option:
         choices: Sequence[str] | None = None,
         nullable: bool = False,
         doc: str = "",
+        example: Any = None,
     ) -> None:
         if type not in _TYPE_WORDS:
             raise TypeError(f"Option type must be one of {sorted(t.__name__ for t in _TYPE_WORDS)}")
@@ -94,6 +98,7 @@ class Option:
         self.check = check
         self.nullable = nullable
         self.doc = doc
+        self.example = example
         self.name = "?"
 
     def __set_name__(self, owner: type, name: str) -> None:

@@ -391,10 +391,34 @@ def _show_absolute(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
                                  dtype=ctx.dtype)}
 
 
-#: ``show`` by encoder kind. Adding ``rotary`` (``cos_sin``), ``bias`` (``bias(q, k)``) or
-#: ``relative-embedding`` (``embed(q, k)``) is one function here.
+def _show_rotary(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
+    """``enc.cos_sin(positions)`` (attention factor included). 1-D positions are text tokens:
+    multi-axis encoders (M-RoPE) get them on every axis (``enc.text_positions``)."""
+    positions = ctx.positions
+    if len(positions.shape) == 1:
+        positions = enc.text_positions(positions)  # type: ignore[attr-defined]
+    cos, sin = enc.cos_sin(positions, dtype=ctx.dtype)  # type: ignore[attr-defined]
+    return {"cos": cos, "sin": sin}
+
+
+def _show_bias(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
+    """``enc.bias(positions, positions)``: the (num_heads, Q, K) bias among the positions."""
+    return {"bias": enc.bias(ctx.positions, ctx.positions,  # type: ignore[attr-defined]
+                             params=ctx.params(enc), dtype=ctx.dtype)}
+
+
+def _show_relative(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
+    """``enc.embed(positions, positions)``: the (Q, K, dim) embeddings among the positions."""
+    return {"embed": enc.embed(ctx.positions, ctx.positions,  # type: ignore[attr-defined]
+                               params=ctx.params(enc), dtype=ctx.dtype)}
+
+
+#: ``show`` by encoder kind: one function per kind.
 SHOW_BY_KIND: dict[str, ShowFunction] = {
     "absolute": _show_absolute,
+    "rotary": _show_rotary,
+    "bias": _show_bias,
+    "relative-embedding": _show_relative,
 }
 
 

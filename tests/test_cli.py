@@ -8,6 +8,7 @@ point works and that ``list`` imports no array framework.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -307,13 +308,39 @@ def test_show_every_option_type(capsys: pytest.CaptureFixture[str], test_encoder
     assert "max_len=7" in out
 
 
-def test_show_other_kind_says_it_arrives_with_its_family(capsys: pytest.CaptureFixture[str],
-                                                         test_encoders: None) -> None:
-    code, out, err = run(capsys, "show", "cli-spinner", "--dim", "8", "--positions", "2")
-    assert code == 1
-    assert out == ""
-    assert "'show' for rotary encoders arrives with the rotary family" in err
-    assert "Traceback" not in err
+def test_show_rotary_prints_cos_and_sin(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "show", "rotary", "--dim", "4", "--positions", "1")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[1:] == ["cos: shape (4,)", "[0.5403, 1.0000, 0.5403, 1.0000]",
+                         "sin: shape (4,)", "[0.8415, 0.0100, 0.8415, 0.0100]"]
+
+
+def test_show_rotary_with_scaling_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "rotary", "--dim", "8", "--scaling",
+                       '{"type": "linear", "factor": 2}', "--positions", "2", "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    # linear scaling divides positions by the factor: position 2 turns like 1 unscaled
+    assert data["results"]["cos"]["values"][0] == pytest.approx(math.cos(1.0))
+
+
+def test_show_mrope_takes_1d_positions_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = run(capsys, "show", "mrope", "--dim", "8", "--sections", "2,1,1",
+                        "--positions", "0:3")
+    assert code == 0
+    code, rope, _ = run(capsys, "show", "rotary", "--dim", "8", "--positions", "0:3")
+    assert code == 0
+    assert text.splitlines()[1:] == rope.splitlines()[1:]
+
+
+def test_show_mrope_rows_are_axes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "mrope", "--dim", "8", "--sections", "2,1,1",
+                       "--positions", "0,1;0,2;0,3", "--format", "json")
+    assert code == 0
+    cos = json.loads(out)["results"]["cos"]["values"]
+    assert cos[1][:4] == pytest.approx([math.cos(1), math.cos(0.1), math.cos(0.02),
+                                        math.cos(0.003)], abs=1e-12)
 
 
 # -- show: describing options ---------------------------------------------------------------------

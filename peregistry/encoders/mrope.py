@@ -62,7 +62,8 @@ class MRope(ScaledRotary):
                    check=lambda t: t > 0 and t != 1.0, doc="frequency base θ (HF rope_theta)")
     sections = Option(tuple, allowed="a non-empty sequence of integers >= 0 summing to dim/2",
                       check=lambda s: len(s) > 0 and all(v >= 0 for v in s),
-                      doc="frequency pairs per axis (HF mrope_section), e.g. 16,24,24")
+                      doc="frequency pairs per axis (HF mrope_section), e.g. 16,24,24",
+                      example=(8, 12, 12))
     layout = Option(str, "half", choices=("half", "interleaved"),
                     doc="'half': pairs (i, i+d/2) as Qwen; 'interleaved': pairs (2i, 2i+1)")
     interleaved = Option(bool, False,
