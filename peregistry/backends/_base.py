@@ -166,6 +166,15 @@ class Backend:
         Encoders then neither read values on the host nor touch eager caches."""
         return False
 
+    # -- differentiation (used by the conformance suite and the docs' training examples) -------
+    def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
+                                                                       dict[str, Any]] | None:
+        """``g(params) -> {name: d fn(params) / d params[name]}`` for a scalar-valued ``fn`` of a
+        dict of arrays, by the framework's automatic differentiation; None if it has none.
+
+        ``g`` never modifies ``params`` and keeps no graph alive between calls."""
+        return None
+
     # -- fast paths -----------------------------------------------------------------------------
     def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
                      interleaved: bool) -> Any | None:

@@ -66,3 +66,13 @@ class JaxBackend(Backend):
         import jax
 
         return isinstance(x, jax.core.Tracer)
+
+    def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
+                                                                       dict[str, Any]] | None:
+        """``jax.grad``: params are a pytree (a plain dict) already."""
+        import jax
+
+        def g(params: Mapping[str, Any]) -> dict[str, Any]:
+            return dict(jax.grad(fn)(dict(params)))
+
+        return g

@@ -676,15 +676,71 @@ def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: 
 
 
 class BiasEncoder(Encoder):
-    """Additive attention bias from query and key positions: ``(..., num_heads, Q, K)``."""
+    """Additive attention bias from query and key positions: ``(..., num_heads, Q, K)``.
+
+    ``bias(q, k)[..., h, i, j]`` is added to the attention logit of query ``i`` (at position
+    ``q[..., i]``) and key ``j`` (at ``k[..., j]``) in head ``h``. A subclass declares a
+    ``num_heads`` option and implements :meth:`_bias`; the public method here finds the
+    namespace (of positions and params), validates positions and params, broadcasts the leading
+    axes of ``(..., Q)`` and ``(..., K)``, and casts once to the requested dtype.
+    """
 
     kind = "bias"
     __slots__ = ()
 
+    @property
+    def heads(self) -> int:
+        """Number of attention heads of the output (``options["num_heads"]``)."""
+        return int(self._values["num_heads"])
+
+    def bias(self, q_positions: Any, k_positions: Any, *,
+             params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
+        """The additive bias ``(*batch, num_heads, Q, K)`` where ``batch`` is the broadcast of
+        ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
+        namespace's default float), in the inputs' namespace and on their device."""
+        from ._pairs import pair_inputs
+
+        ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out = self._bias(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
+        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+
+    def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
+        """Compute the bias for validated positions ``q`` ``(..., Q)`` and ``k`` ``(..., K)``
+        (any float dtype of at least the precision of ``dtype``; the caller casts once)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _bias")
+
 
 class RelativeEmbedding(Encoder):
-    """Embeddings of relative positions: ``(..., Q, K, dim)``."""
+    """Embeddings of relative positions: ``(..., Q, K, dim)``.
+
+    ``embed(q, k)[..., i, j, :]`` is the vector of the pair (query ``i``, key ``j``), used inside
+    attention (Shaw et al. 2018 add it to keys/values; Transformer-XL projects it). A subclass
+    declares a ``dim`` option and implements :meth:`_embed`; validation, broadcasting of the
+    leading axes and the final cast live here, as for :meth:`BiasEncoder.bias`.
+    """
 
     kind = "relative-embedding"
     __slots__ = ()
+
+    @property
+    def out_dim(self) -> int:
+        """Length of one pair's vector (``options["dim"]``)."""
+        return int(self._values["dim"])
+
+    def embed(self, q_positions: Any, k_positions: Any, *,
+              params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
+        """The embeddings ``(*batch, Q, K, dim)`` where ``batch`` is the broadcast of
+        ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
+        namespace's default float), in the inputs' namespace and on their device."""
+        from ._pairs import pair_inputs
+
+        ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out = self._embed(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
+        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+
+    def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
+        """Compute the embeddings for validated ``q`` ``(..., Q)`` and ``k`` ``(..., K)``."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _embed")
 

@@ -2,9 +2,9 @@
 
 A *check* is a plain function ``check_<property>(case)`` that raises :class:`CheckFailure` with a
 message saying what was expected and what came. Each check declares the encoder kinds it applies
-to and the capabilities it needs (``"jit"`` of the backend, an encoder property such as
-``"shift-linear"``, ``"continuous"``, ``"learned"``). A *case* is one encoder × one backend × one
-check; :func:`cases_for` makes every applicable case.
+to and the capabilities it needs (``"jit"`` or ``"grad"`` of the backend, an encoder property such
+as ``"shift-linear"``, ``"continuous"``, ``"learned"``). A *case* is one encoder × one backend ×
+one check; :func:`cases_for` makes every applicable case.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def check(
 ) -> Callable[[Callable[[Case], None]], Callable[[Case], None]]:
     """Register a check for encoders of ``kinds`` (all if None) having every capability in
     ``requires``. Capabilities: encoder properties, ``"continuous"``, ``"learned"``, and the
-    backend's ``"jit"``."""
+    backend's ``"jit"`` and ``"grad"`` (automatic differentiation)."""
 
     def deco(func: Callable[[Case], None]) -> Callable[[Case], None]:
         if not func.__name__.startswith("check_"):
@@ -86,19 +86,21 @@ def check(
 
 
 def registered_checks() -> dict[str, CheckSpec]:
-    from . import checks, checks_rotary  # noqa: F401 - registers the built-in checks
+    from . import checks, checks_relative, checks_rotary  # noqa: F401 - registers the built-in checks
 
     return dict(_CHECKS)
 
 
 def capabilities(encoder: Encoder, backend: Backend) -> frozenset[str]:
-    caps = set(encoder.properties)
+    caps = set(encoder.properties)  # read from the instance: may depend on the options
     if encoder.continuous:
         caps.add("continuous")
     if encoder.learned:
         caps.add("learned")
     if backend.jit(lambda: None) is not None:
         caps.add("jit")
+    if backend.grad(lambda p: None) is not None:
+        caps.add("grad")
     return frozenset(caps)
 
 

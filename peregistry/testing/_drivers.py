@@ -150,3 +150,65 @@ def _rotary_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> An
 
 
 register_driver("rotary", _rotary_sample, _rotary_call)
+
+
+# -- absolute encoders whose positions carry a trailing coordinate axis --------------------------
+def _absolute_sample_axes(case: Case, enc: Encoder, shape: tuple[int, ...]) -> Probe:
+    """As the absolute sampler, but an encoder whose positions end in a coordinate axis
+    (``learned-2d``'s ``(..., 2)``) says which axes reach the output through
+    ``_position_batch_shape``, as rotary encoders do."""
+    pos = enc.example_positions(case.rng, shape)
+    batch_of = getattr(enc, "_position_batch_shape", None)
+    batch = tuple(batch_of(pos)) if batch_of is not None else tuple(pos.shape)
+    out_dim: int = enc.out_dim  # type: ignore[attr-defined]
+    return Probe({"positions": pos}, expected_shape=(*batch, out_dim))
+
+
+register_driver("absolute", _absolute_sample_axes, _absolute_call)
+
+
+# -- pair kinds: bias and relative-embedding -----------------------------------------------------
+def _pair_shapes(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Query and key position shapes for a requested ``shape``: ``q`` is ``shape`` (a lone
+    query for ``()``), ``k`` has one more key than queries (so Q and K cannot be confused), and
+    where ``shape`` has a 1-axis among its leading axes, ``k`` is wider there and 1 elsewhere
+    (so the leading axes must broadcast)."""
+    if not shape:
+        return (1,), (2,)
+    *lead, n = shape
+    klead = tuple(3 if a == 1 else 1 for a in lead) if 1 in lead else tuple(lead)
+    return tuple(shape), (*klead, n + 1)
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    return tuple(x if y == 1 else y for x, y in zip(a, b, strict=True))
+
+
+def _pair_sample(case: Case, enc: Encoder, shape: tuple[int, ...]) -> Probe:
+    qs, ks = _pair_shapes(shape)
+    q = enc.example_positions(case.rng, qs)
+    k = enc.example_positions(case.rng, ks)
+    batch = _broadcast(qs[:-1], ks[:-1])
+    if enc.kind == "bias":
+        heads: int = enc.heads  # type: ignore[attr-defined]
+        expected = (*batch, heads, qs[-1], ks[-1])
+    else:
+        dim: int = enc.out_dim  # type: ignore[attr-defined]
+        expected = (*batch, qs[-1], ks[-1], dim)
+    return Probe({"q_positions": q, "k_positions": k}, expected_shape=expected)
+
+
+def _bias_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> Any:
+    return enc.bias(a["q_positions"], a["k_positions"],  # type: ignore[attr-defined]
+                    params=params, dtype=dtype)
+
+
+def _embed_call(enc: Encoder, a: dict[str, Any], params: Any, dtype: Any) -> Any:
+    return enc.embed(a["q_positions"], a["k_positions"],  # type: ignore[attr-defined]
+                     params=params, dtype=dtype)
+
+
+register_driver("bias", _pair_sample, _bias_call)
+register_driver("relative-embedding", _pair_sample, _embed_call)
