@@ -102,11 +102,19 @@ class MRope(ScaledRotary):
         assert isinstance(enc, RotaryEncoder)
         return enc
 
-    def _masks(self, ctx: Ctx) -> list[Any]:
-        """One 0/1 vector per axis over the pairs (host constants, as arrays in ``ctx.wide``)."""
+    def _axis_groups(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...] | None]:
+        """Pair indices of each axis, and the permutation that puts the pairs grouped by axis
+        back in order (None when they already are: contiguous sections)."""
         axes = axis_of_pairs(self._values["sections"], interleaved=self._values["interleaved"])
-        return [ctx.constant([1.0 if a == ax else 0.0 for a in axes])
-                for ax in range(self.num_axes)]
+        groups = tuple(tuple(i for i, a in enumerate(axes) if a == ax)
+                       for ax in range(self.num_axes))
+        order = [i for g in groups for i in g]
+        if order == sorted(order):
+            return groups, None
+        inverse = [0] * len(order)
+        for j, i in enumerate(order):
+            inverse[i] = j
+        return groups, tuple(inverse)
 
     # -- positions are (num_axes, ...) -----------------------------------------------------------
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
@@ -132,14 +140,17 @@ class MRope(ScaledRotary):
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         xp = ctx.xp
         self._position_batch_shape(positions)
-        p = xp.astype(positions, ctx.wide)
-        # per-pair positions: P[..., i] = p[a(i), ...]; exact, since the masks are 0/1 and
-        # disjoint (a sum of one position and zeros).
-        per_pair = None
-        for ax, mask in enumerate(self._masks(ctx)):
-            term = p[ax, ...][..., None] * mask
-            per_pair = term if per_pair is None else per_pair + term
-        cos, sin = cos_sin(per_pair, self._frequencies(seq_len), ctx=ctx, per_pair=True)
+        freqs = self._frequencies(seq_len)
+        groups, inverse = self._axis_groups()
+        # Each axis's positions turn by that axis's own frequencies: exactly rotary's angles
+        # p·ω_i pair by pair, computed once per pair.
+        parts = [cos_sin(positions[ax, ...], freqs.subset(idx), ctx=ctx)
+                 for ax, idx in enumerate(groups) if idx]
+        cos = xp.concat([c for c, _ in parts], axis=-1) if len(parts) > 1 else parts[0][0]
+        sin = xp.concat([s for _, s in parts], axis=-1) if len(parts) > 1 else parts[0][1]
+        if inverse is not None:
+            perm = xp.asarray(list(inverse), device=ctx.device)
+            cos, sin = xp.take(cos, perm, axis=-1), xp.take(sin, perm, axis=-1)
         af = self.attention_factor
         if af != 1.0:
             cos, sin = cos * af, sin * af
