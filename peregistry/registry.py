@@ -403,7 +403,10 @@ class Registry:
             return found
         for b in self.backends():
             if b.name in sys.modules and b.owns(x):
-                self._backend_by_type[t] = b
+                # Not while tracing: torch.compile guards on this dict, and filling it inside a
+                # compiled function would force one extra compilation on the next call.
+                if not b.is_tracing(x):
+                    self._backend_by_type[t] = b
                 return b
         return None
 

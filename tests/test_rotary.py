@@ -514,3 +514,25 @@ def test_torch_blocked_fast_path_is_bit_identical_to_generic(
     generic = enc._rotate(x, pos, offset=0, params=None, seq_len=None, native=False)
     assert fast.dtype == x.dtype
     assert torch.equal(fast, generic)
+
+
+def test_torch_compile_as_first_call_in_a_fresh_process_compiles_once() -> None:
+    """The registry's type->backend cache is not filled while Dynamo traces, so a compiled rotate
+    that is the very first call of a process compiles once for three calls (no recompile)."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, peregistry as per\n"
+        "from torch._dynamo.utils import counters\n"
+        "enc = per.get_encoder('rotary', dim=16)\n"
+        "f = torch.compile(lambda x, p: enc.rotate(x, p), fullgraph=True, backend='eager')\n"
+        "for i in range(3):\n"
+        "    f(torch.randn(2, 5, 16), torch.arange(i, i + 5))\n"
+        "print(counters['stats']['unique_graphs'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
