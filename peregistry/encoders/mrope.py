@@ -27,7 +27,7 @@ from .._hooks import hookimpl
 from .._options import Option
 from ._angles import cos_sin
 from .base import Ctx, RotaryEncoder
-from .rotary import ScaledRotary
+from .rotary import HEAD_DIM, PAIR_LAYOUT, SCALING, THETA, ScaledRotary
 
 __all__ = ["MRope", "axis_of_pairs"]
 
@@ -56,21 +56,16 @@ class MRope(ScaledRotary):
     properties = frozenset({"rope-layouts", "multi-axis"})
     __slots__ = ()
 
-    dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
-                 doc="head dimension: x.shape[-1]")
-    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
-                   check=lambda t: t > 0 and t != 1.0, doc="frequency base θ (HF rope_theta)")
+    dim = HEAD_DIM
+    theta = THETA
     sections = Option(tuple, allowed="a non-empty sequence of integers >= 0 summing to dim/2",
                       check=lambda s: len(s) > 0 and all(v >= 0 for v in s),
                       doc="frequency pairs per axis (HF mrope_section), e.g. 16,24,24",
                       example=(8, 12, 12))
-    layout = Option(str, "half", choices=("half", "interleaved"),
-                    doc="'half': pairs (i, i+d/2) as Qwen; 'interleaved': pairs (2i, 2i+1)")
+    layout = PAIR_LAYOUT
     interleaved = Option(bool, False,
                          doc="False: contiguous bands (Qwen2-VL); True: axes cycle (Qwen3-VL)")
-    scaling = Option(dict, None, nullable=True,
-                     allowed="None or a dict with 'type' and that type's parameters",
-                     doc="context extension, as for rotary")
+    scaling = SCALING
 
     def _validate(self) -> None:
         dim, sections = self._values["dim"], self._values["sections"]

@@ -141,6 +141,19 @@ class ScaledRotary(RotaryEncoder):
         return cos, sin
 
 
+#: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.
+HEAD_DIM = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
+                  doc="head dimension: x.shape[-1]")
+THETA = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
+               check=lambda t: t > 0 and t != 1.0,
+               doc="frequency base θ (HF rope_theta; Llama 3: 500000)")
+PAIR_LAYOUT = Option(str, "half", choices=("half", "interleaved"),
+                     doc="'half': pairs (i, i+d/2), GPT-NeoX/Llama/Qwen; 'interleaved': (2i, 2i+1)")
+SCALING = Option(dict, None, nullable=True,
+                 allowed="None or a dict with 'type' and that type's parameters",
+                 doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
+
+
 class Rotary(ScaledRotary):
     """Rotary position embedding, RoFormer/GPT-NeoX/Llama RoPE with HF scaling types."""
 
@@ -148,20 +161,14 @@ class Rotary(ScaledRotary):
     properties = frozenset({"rope-layouts"})
     __slots__ = ()
 
-    dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
-                 doc="head dimension: x.shape[-1]")
-    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
-                   check=lambda t: t > 0 and t != 1.0,
-                   doc="frequency base θ (HF rope_theta; Llama 3: 500000)")
+    dim = HEAD_DIM
+    theta = THETA
     rotary_dim = Option(int, None, nullable=True,
                         allowed="None (= dim) or a positive even integer <= dim",
                         check=lambda r: r > 0 and r % 2 == 0,
                         doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
-    layout = Option(str, "half", choices=("half", "interleaved"),
-                    doc="'half': pairs (i, i+d/2), GPT-NeoX/Llama; 'interleaved': (2i, 2i+1)")
-    scaling = Option(dict, None, nullable=True,
-                     allowed="None or a dict with 'type' and that type's parameters",
-                     doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
+    layout = PAIR_LAYOUT
+    scaling = SCALING
 
     def _validate(self) -> None:
         dim, rd = self._values["dim"], self._values["rotary_dim"]
