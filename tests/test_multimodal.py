@@ -284,7 +284,9 @@ def reference(convention: str, rows: list[list[Segment]], *, padding_side: str |
               tokens_per_second: int = 2) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
                                                    np.ndarray[Any, Any] | None]:
     """transformers' (position_ids, rope_deltas) for ``rows``, and the attention mask used."""
-    import torch
+    torch = pytest.importorskip("torch", reason="transformers' get_rope_index is written in torch")
+    pytest.importorskip("transformers", reason="transformers is the reference for these tests "
+                                               "(installed in the torch env)")
 
     model = reference_model(convention, tokens_per_second=tokens_per_second)
     built = [tokens_of(r, convention) for r in rows]
