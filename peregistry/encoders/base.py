@@ -541,6 +541,9 @@ class RotaryEncoder(Encoder):
         seq_len = self._check_seq_len(seq_len)
         tracing = ctx.backend.is_tracing(x)
         static_len = None
+        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
+        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
+        key = None
         if pos is None:
             if len(xshape) < 2:
                 raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
@@ -554,6 +557,11 @@ class RotaryEncoder(Encoder):
             else:
                 off = offset
                 static_len = offset + xshape[-2]
+                if not tracing:  # decoding: the same tables again, before any other work
+                    key = (offset, xshape[-2], seq_len, str(ctx.device), cdt)
+                    cached = self._cache["tables"].get(key)
+                    if cached is not None:
+                        return self._apply_rotation(x, *cached, cdt=cdt, ctx=ctx, native=native)
             pos = self._default_positions(xshape[-2], off, ctx=ctx)
         else:
             if offset_arr is not None or offset != 0:
@@ -565,14 +573,6 @@ class RotaryEncoder(Encoder):
         if not _broadcasts_into(batch, target):
             raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
                              f"x.shape[:-1]={target}; use (seq,) shared or e.g. (batch, 1, seq)")
-        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
-        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
-        key = None
-        if static_len is not None and not tracing:
-            key = (offset, xshape[-2], seq_len, str(ctx.device), cdt)
-            cached = self._cache["tables"].get(key)
-            if cached is not None:
-                return self._apply_rotation(x, *cached, cdt=cdt, ctx=ctx, native=native)
         cos, sin = self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing,
                                static_len=static_len)
         cos, sin = xp.astype(cos, cdt), xp.astype(sin, cdt)
