@@ -165,7 +165,7 @@ class TorchBackend(Backend):
         if backend == "inductor":
             _import_inductor_quietly()
         counter = CompileCounterWithBackend(backend)
-        compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=counter)
+        compiled = torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=counter)
         return compiled, lambda: int(counter.frame_count)
 
     def is_tracing(self, x: Any) -> bool:
