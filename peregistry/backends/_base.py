@@ -161,6 +161,12 @@ class Backend:
 
         return self.jit(counted), lambda: count[0]
 
+    def materialize(self, *arrays: Any) -> tuple[Any, ...]:
+        """The arrays, computed as they are rather than fused into their consumers by a tracing
+        compiler (for small tables that many elements of a larger array reuse). The default
+        returns them unchanged."""
+        return arrays
+
     def is_tracing(self, x: Any) -> bool:
         """True if ``x`` is a placeholder of a tracing compiler (its values are unknown now).
         Encoders then neither read values on the host nor touch eager caches."""

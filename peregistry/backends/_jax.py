@@ -62,6 +62,21 @@ class JaxBackend(Backend):
 
         return jax.jit(fn)
 
+    def materialize(self, *arrays: Any) -> tuple[Any, ...]:
+        """Under ``jax.jit``, pass the arrays through a ``lax.cond`` on their data. XLA fuses a
+        cos/sin table into the elementwise rotation that consumes it, recomputing the
+        trigonometry for every head and batch element (XLA:CPU even fuses across
+        ``optimization_barrier``); a conditional is a fusion boundary, so the table is computed
+        once. Both branches return the values unchanged (``x + 0`` in the untaken one)."""
+        import jax
+        import jax.numpy as jnp
+
+        if not any(isinstance(a, jax.core.Tracer) for a in arrays) or arrays[0].size == 0:
+            return arrays
+        pred = jnp.isfinite(jnp.reshape(arrays[0], (-1,))[0])
+        return tuple(jax.lax.cond(pred, lambda a: a, lambda a: tuple(v + 0 for v in a),
+                                  tuple(arrays)))
+
     def is_tracing(self, x: Any) -> bool:
         import jax
 

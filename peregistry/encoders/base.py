@@ -575,7 +575,9 @@ class RotaryEncoder(Encoder):
                              f"x.shape[:-1]={target}; use (seq,) shared or e.g. (batch, 1, seq)")
         cos, sin = self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing,
                                static_len=static_len)
-        cos, sin = xp.astype(cos, cdt), xp.astype(sin, cdt)
+        # One table per position, shared by every head: a compiler must not recompute it for
+        # each element of x (XLA would fuse it into the rotation loop).
+        cos, sin = ctx.backend.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt))
         if key is not None:
             tables = self._cache["tables"]
             if len(tables) >= self._TABLE_CACHE_SIZE:
