@@ -536,3 +536,24 @@ def test_torch_compile_as_first_call_in_a_fresh_process_compiles_once() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+def test_torch_compile_gradients_flow_through_the_materialized_table() -> None:
+    """Under torch.compile the table passes an opaque op (a fusion boundary); gradients with
+    respect to x and to real-valued positions are those of eager mode."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+
+    enc = per.get_encoder("rotary", dim=16)
+    enc.rotate(torch.zeros(1, 2, 16))  # the adapter defines its op eagerly, on first sight
+    f = torch.compile(lambda x, p: (enc.rotate(x, p) ** 2 * torch.arange(16.0)).sum(),
+                      fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    p = (torch.arange(5) * 1.5).requires_grad_()
+    f(x, p).backward()
+    x2, p2 = x.detach().clone().requires_grad_(), p.detach().clone().requires_grad_()
+    (enc.rotate(x2, p2) ** 2 * torch.arange(16.0)).sum().backward()
+    assert x.grad is not None and p.grad is not None
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(p.grad, p2.grad)

@@ -85,7 +85,10 @@ class TorchBackend(Backend):
     def owns(self, x: Any) -> bool:
         import torch
 
-        return isinstance(x, torch.Tensor)
+        if isinstance(x, torch.Tensor):
+            _materialize_op()
+            return True
+        return False
 
     def namespace(self) -> Any:
         import array_api_compat.torch as xp
@@ -153,6 +156,7 @@ class TorchBackend(Backend):
         backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
         if backend == "inductor":
             _import_inductor_quietly()
+        _materialize_op()
         return torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=backend)
 
     def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
@@ -167,6 +171,19 @@ class TorchBackend(Backend):
         counter = CompileCounterWithBackend(backend)
         compiled = torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=counter)
         return compiled, lambda: int(counter.frame_count)
+
+    def materialize(self, *arrays: Any) -> tuple[Any, ...]:
+        """Under ``torch.compile``, pass the arrays through an opaque custom op: inductor would
+        otherwise fuse a cos/sin table into the elementwise rotation and recompute its
+        trigonometry for every head and batch element."""
+        import torch
+
+        if not torch.compiler.is_compiling():
+            return arrays
+        op = _materialize_op()
+        if op is None:  # not defined yet, and it cannot be defined while Dynamo traces
+            return arrays
+        return tuple(op(a) for a in arrays)
 
     def is_tracing(self, x: Any) -> bool:
         import torch
@@ -273,6 +290,37 @@ class TorchBackend(Backend):
                     _rotate_into(xb, c, sn, ob, t, interleaved)
                     os_.copy_(ob)
         return out
+
+
+_MATERIALIZE: Any = None
+
+
+def _materialize_op() -> Any:
+    """``peregistry::materialize``: a copy that inductor cannot see through (a fusion boundary),
+    with the identity as its gradient. Defined once per process, eagerly (when the adapter
+    first meets a tensor or compiles); None if asked first while Dynamo traces."""
+    global _MATERIALIZE
+    if _MATERIALIZE is None:
+        import torch
+
+        if torch.compiler.is_compiling():
+            return None
+
+        @torch.library.custom_op("peregistry::materialize", mutates_args=(),
+                                 schema="(Tensor a) -> Tensor")
+        def materialize(a: torch.Tensor) -> torch.Tensor:
+            return a.clone()
+
+        @materialize.register_fake
+        def _(a: torch.Tensor) -> torch.Tensor:
+            return torch.empty_like(a)
+
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad
+
+        materialize.register_autograd(backward)
+        _MATERIALIZE = materialize
+    return _MATERIALIZE
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
