@@ -60,6 +60,16 @@ def torch_prefill(reps: int, quick: bool) -> None:
             r = interleaved(lambda q=q, k=k, enc=enc: (enc.rotate(q), enc.rotate(k)),
                             lambda q=q, k=k: (q.clone(), k.clone()), reps)
             report(f"torch prefill {shape} {str(dtype)[6:]} vs clone", r, 2.0)
+            compiled = _compiled_pair(enc)
+            r = interleaved(lambda q=q, k=k, f=compiled: f(q, k),
+                            lambda q=q, k=k: (q.clone(), k.clone()), reps)
+            report("  same, torch.compile(rotate) (information)", r, 2.0)
+
+
+def _compiled_pair(enc: Any) -> Callable[[Any, Any], Any]:
+    import torch
+
+    return torch.compile(lambda q, k: (enc.rotate(q), enc.rotate(k)), fullgraph=True)  # type: ignore[no-any-return]
 
 
 def _torch_minimal_rope(inv_freq: Any) -> Callable[[Any, int], Any]:
