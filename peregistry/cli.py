@@ -1,4 +1,4 @@
-"""The ``peregistry`` command line: ``list``, ``show`` and ``check``.
+"""The ``peregistry`` command line: ``list``, ``show``, ``check``, ``plot`` and ``bench``.
 
 ::
 
@@ -7,6 +7,8 @@
     peregistry show sinusoidal --dim 8 --positions 2     # the vector of position 2
     peregistry show sinusoidal --dim 8 --positions 0:4 --backend torch --dtype float32
     peregistry check sinusoidal --backend numpy --option dim=32
+    peregistry plot rotary --dim 128 --kind angles -o angles.png   # needs matplotlib
+    peregistry bench rotary --backend torch --quick
 
 Exit codes: 0 success; 1 a check failed (``check``) or the command could not finish; 2 a usage
 error (unknown encoder, option or backend, a value that is not allowed), with the library's
@@ -278,7 +280,58 @@ def _build_parser(show_class: type[Encoder] | None = None, *, first_pass: bool =
     p_check.add_argument("--option", action="append", default=[], metavar="[ENCODER:]K=V",
                          help="an option for every selected encoder that declares it, or only "
                               "for ENCODER (repeatable)")
+
+    p_plot = sub.add_parser(
+        "plot", help="draw an encoder: table heatmap, decay, angles, bias, M-RoPE ids",
+        description="Build NAME with the given options (required ones get example values: "
+                    "dim=64, num_heads=8, M-RoPE sections in Qwen2-VL's proportions) and write "
+                    "a picture of it. Kinds: heatmap (absolute table, relative embeddings), "
+                    "decay (dot product against distance: absolute, rotary), angles (rotation "
+                    "angle per pair: rotary), bias (bias matrix per head), ids (M-RoPE ids of a "
+                    "text-image-text-video sequence). Needs matplotlib "
+                    "(pip install 'peregistry[docs]').",
+        epilog="Example: peregistry plot sinusoidal --dim 64 --kind decay -o decay.png",
+        allow_abbrev=False,
+    )
+    p_plot.add_argument("name", metavar="NAME", help="the encoder's name")
+    p_plot.add_argument("-o", "--output", metavar="FILE.png", required=True)
+    p_plot.add_argument("--kind", choices=("heatmap", "decay", "angles", "bias", "ids"),
+                        help="the plot (default: the first that fits the encoder's kind)")
+    p_plot.add_argument("--length", type=_positive_int, metavar="N",
+                        help="number of positions (default: the plot's own, 64 or 512)")
+    p_plot.add_argument("--seed", type=int, default=0,
+                        help="seed of enc.init for learned encoders (default 0)")
+    p_plot.add_argument("--convention", default="qwen2.5-vl",
+                        help="peregistry.multimodal convention of --kind ids (default qwen2.5-vl)")
+    p_plot.add_argument("--title", help="replace the generated title")
+    p_plot.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="set an encoder option (also --NAME VALUE)")
+
+    p_bench = sub.add_parser(
+        "bench", help="time encoders against hand-written code and a memory copy",
+        description="For each NAME (default: every benchmarked encoder) and --backend (default: "
+                    "every installed one of numpy, torch, jax), time the encoder, a plain "
+                    "hand-written implementation in the same framework and a copy of the "
+                    "output's bytes, interleaved in one run; print medians and ratios.",
+        allow_abbrev=False,
+    )
+    p_bench.add_argument("names", metavar="NAME", nargs="*")
+    p_bench.add_argument("--backend", action="append", default=[], metavar="B",
+                         help="numpy, torch or jax (repeatable, or comma-separated)")
+    p_bench.add_argument("--quick", action="store_true",
+                         help="small shapes and few repetitions (a smoke test)")
+    p_bench.add_argument("--reps", type=_positive_int, metavar="N",
+                         help="timed repetitions (default 25, --quick 5)")
+    p_bench.add_argument("--progress", action="store_true",
+                         help="draw the progress bar on stderr even when it is not a terminal")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -702,6 +755,69 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if all(r.status in ("passed", "xfail") for r in rows) else 1
 
 
+# -- plot -----------------------------------------------------------------------------------------
+#: Values ``plot`` gives required options before :data:`EXAMPLE_VALUES` (readable pictures).
+PLOT_EXAMPLES: dict[str, Any] = {"num_heads": 8, "dim": 64, "num_positions": 64,
+                                 "height": 8, "width": 8, "max_distance": 16}
+
+
+def _plot_options(cls: type[Encoder], given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with the required options it lacks filled for a picture; M-RoPE ``sections``
+    in Qwen2-VL's proportions (16, 24, 24 of 64 pairs) for ``dim`` (default 128)."""
+    specs = cls._option_specs
+    options = dict(given)
+    if "sections" in specs and specs["sections"].required and "sections" not in options:
+        dim = int(options.setdefault("dim", 128))
+        half = dim // 2
+        t = half // 4
+        h = (half - t) // 2
+        options["sections"] = (t, h, half - t - h)
+    for key, value in PLOT_EXAMPLES.items():
+        if key in specs and specs[key].required and key not in options:
+            options[key] = value
+    return _check_options(cls, options)
+
+
+def cmd_plot(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
+    """``peregistry plot NAME ... -o FILE.png``: a picture of the encoder."""
+    from .registry import default_registry
+
+    cls = default_registry.encoder_class(args.name)
+    specs = cls._option_specs
+    options = _collect_show_options(cls, args, extras)
+    for key, value in list(options.items()):
+        if isinstance(value, str) and key in specs and specs[key].type is not str:
+            options[key] = parse_option_value(cls.name, specs[key], value)
+    enc = default_registry.get_encoder(cls.name, **_plot_options(cls, options))
+    from .plot import PlotSettings, PlotUnavailable, plot_to_file
+
+    settings = PlotSettings(length=args.length, seed=args.seed, convention=args.convention,
+                            title=args.title)
+    try:
+        path = plot_to_file(enc, args.output, args.kind, settings)
+    except PlotUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    out.write(f"wrote {path} ({args.kind or 'default'} plot of {enc!r})\n")
+    return 0
+
+
+# -- bench ----------------------------------------------------------------------------------------
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
+    from .bench import format_bench_table, run_bench, stderr_if_tty
+
+    backends = [b.strip() for item in args.backend for b in item.split(",") if b.strip()]
+    try:
+        rows = run_bench(args.names or None, backends or None, quick=args.quick, reps=args.reps,
+                         progress=stderr_if_tty(args.progress))
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    out.write(format_bench_table(rows) + "\n")
+    out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
+              "in this run (lower is faster).\n")
+    return 0
+
+
 # -- main -----------------------------------------------------------------------------------------
 def _show_class(parser: _Parser, argv: list[str]) -> tuple[type[Encoder] | None,
                                                            EncoderInfo | None]:
@@ -732,8 +848,12 @@ def _run(argv: list[str], out: TextIO) -> int:
                 raise UsageError("show needs an encoder NAME; 'peregistry list' shows them")
             assert cls is not None
             return cmd_show(args, extras, cls, info, out)
+        if args.command == "plot":
+            return cmd_plot(args, extras, out)
         if extras:
             parser.parse_args(argv)  # reports the unrecognized arguments
+        if args.command == "bench":
+            return cmd_bench(args, out)
         if args.command == "list":
             return cmd_list(args, out)
         return cmd_check(args, out)

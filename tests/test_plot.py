@@ -1,0 +1,95 @@
+"""Tests of ``peregistry plot`` (:mod:`peregistry.plot`): every plot kind writes a PNG, kinds that
+do not fit an encoder are usage errors, and a missing matplotlib gives the install command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from peregistry.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+CASES = [
+    ("sinusoidal", ["--dim", "16"], None),
+    ("sinusoidal", ["--dim", "16"], "decay"),
+    ("rotary", ["--dim", "32"], "angles"),
+    ("rotary", ["--dim", "32", "--scaling", '{"type": "linear", "factor": 2}'], "decay"),
+    ("mrope", [], "angles"),
+    ("mrope", [], "ids"),
+    ("alibi", ["--num-heads", "4"], "bias"),
+    ("t5", ["--option", "num_heads=2"], None),
+    ("shaw", [], "heatmap"),
+    ("learned", [], "heatmap"),
+    ("learned-2d", [], None),
+]
+
+
+@pytest.fixture
+def _matplotlib() -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (the docs extra)")
+
+
+@pytest.mark.usefixtures("_matplotlib")
+@pytest.mark.parametrize(("name", "flags", "kind"), CASES,
+                         ids=[f"{n}-{k or 'default'}" for n, _, k in CASES])
+def test_plot_writes_png(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                         flags: list[str], kind: str | None) -> None:
+    out = tmp_path / "p.png"
+    argv = ["plot", name, *flags, "--length", "24", "-o", str(out)]
+    if kind is not None:
+        argv += ["--kind", kind]
+    code = main(argv)
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    assert f"wrote {out}" in stdout
+
+
+@pytest.mark.usefixtures("_matplotlib")
+@pytest.mark.parametrize(("name", "kind", "fragment"), [
+    ("alibi", "decay", "does not apply to alibi (bias); it has: bias"),
+    ("rotary", "ids", "does not apply to rotary (rotary); it has: angles, decay"),
+    ("sinusoidal", "bias", "does not apply to sinusoidal"),
+])
+def test_plot_kind_that_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     name: str, kind: str, fragment: str) -> None:
+    code = main(["plot", name, "--kind", kind, "-o", str(tmp_path / "x.png")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert fragment in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_unknown_encoder_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plot", "sinusoidal", "--dimm", "8", "-o", str(tmp_path / "x.png")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "dimm" in err
+
+
+def test_plot_needs_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", "sinusoidal"]) == 2
+    assert "-o/--output" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib(tmp_path: Path) -> None:
+    """With ``import matplotlib`` blocked: exit 2 and the install command, no traceback."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["matplotlib"] = None          # makes 'import matplotlib' raise ImportError
+        from peregistry.cli import main
+        sys.exit(main(["plot", "sinusoidal", "--dim", "8", "-o", {str(tmp_path / "x.png")!r}]))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("peregistry: error: plot needs matplotlib: "
+                                   "pip install 'peregistry[docs]'")
+    assert not (tmp_path / "x.png").exists()
