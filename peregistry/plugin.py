@@ -54,6 +54,16 @@ The built-in families are registered exactly this way, by the ``peregistry`` dis
    ``PEREGISTRY_BACKENDS=numpy,torch`` restricts the backends; known failures are declared with
    ``expected_failed_checks={"check_name": "reason"}``.
 
+Angles for continuous encoders: :class:`Frequencies` holds host-side frequency constants and
+:func:`cos_sin` computes ``cos(p·ω)``, ``sin(p·ω)`` accurately on every backend (float64 where
+the backend has it, exact range reduction on float32-only backends such as JAX without x64), as
+the built-in sinusoidal and rotary encoders do::
+
+    from peregistry.plugin import Frequencies, cos_sin
+
+    freqs = Frequencies.from_omega(10000.0 ** (-2 * i / dim) for i in range(dim // 2))
+    cos, sin = cos_sin(positions, freqs, ctx=ctx)   # each (*positions.shape, dim/2)
+
 For notebooks and tests, :func:`peregistry.register` adds a plugin in-process (any module or
 object with hookimpls) and :func:`peregistry.unregister` takes it away. A plugin that fails to
 import or raises in its hook is shown by ``peregistry list`` with its error and never breaks the
@@ -69,6 +79,7 @@ from __future__ import annotations
 from ._hooks import hookimpl, hookspec
 from ._options import Option
 from .backends._base import Backend
+from .encoders._angles import Frequencies, angles, cos_sin
 from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding, RotaryEncoder
 
 __all__ = [
@@ -77,9 +88,12 @@ __all__ = [
     "BiasEncoder",
     "Ctx",
     "Encoder",
+    "Frequencies",
     "Option",
     "RelativeEmbedding",
     "RotaryEncoder",
+    "angles",
+    "cos_sin",
     "hookimpl",
     "hookspec",
 ]
