@@ -87,6 +87,7 @@ class Encoder:
         the laws it obeys, which select conformance checks (e.g. ``"shift-linear"``).
     ``continuous``
         True if real-valued positions are meaningful.
+
     Options: attributes that are :class:`~peregistry.Option` instances.
     """
 
