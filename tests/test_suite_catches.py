@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_conformance import GoodSin
 
 import peregistry as per
 from peregistry.encoders.rotary import Rotary
 from peregistry.testing import check_encoder
 from peregistry.testing._core import selected_backends
-
-from test_conformance import GoodSin
 
 
 @pytest.fixture(params=[b.name for b in selected_backends()])

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peregistry_vision import grid_positions
 
 import peregistry as per
 from peregistry.testing import Case, parametrize_with_checks
-from peregistry_vision import grid_positions
 
 CASES = [
     ("axial-rotary", {"dims": (4, 6, 6)}),
