@@ -16,7 +16,7 @@ import peregistry
 
 project = "peregistry"
 author = "peregistry developers"
-copyright = "peregistry developers"  # noqa: A001 (Sphinx's name)
+copyright = "peregistry developers"
 release = version = peregistry.__version__
 
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax"]
