@@ -64,3 +64,32 @@ def test_progress_bar_and_table_format() -> None:
     assert "[####] 2/2 x" in stream.getvalue()
     table = format_bench_table([BenchRow("e", "numpy", "4", 2e-3, 1e-3, 5e-4)])
     assert table.splitlines()[2].split()[-2:] == ["2.00x", "4.00x"]
+
+
+def test_bench_quick_covers_every_builtin_encoder(capsys: pytest.CaptureFixture[str]) -> None:
+    import peregistry as per
+
+    builtin = {i.name for i in per.list_encoders() if i.plugin.distribution == "peregistry"}
+    assert {"mrope", "learned", "learned-2d", "t5", "shaw", "transformer-xl"} <= builtin
+    code = main(["bench", "--backend", "numpy", "--quick", "--reps", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == HEADER
+    rows = [line.split() for line in lines[2:] if line and line.split()[0] in builtin]
+    assert {r[0] for r in rows} == builtin
+    assert len(rows) == len(builtin)                          # one row each, none skipped
+    for row in rows:
+        assert row[1] == "numpy"
+        assert row[-1].endswith("x") and row[-2].endswith("x"), row
+
+
+def test_bench_skipped_pairs_are_noted() -> None:
+    nan = float("nan")
+    table = format_bench_table([BenchRow("e", "numpy", "4", 2e-3, 1e-3, 5e-4),
+                                BenchRow("f", "array_api_strict", "-", nan, nan, nan, skipped="why"),
+                                BenchRow("g", "array_api_strict", "-", nan, nan, nan, skipped="why")])
+    lines = table.splitlines()
+    assert lines[3].split()[:4] == ["f", "array_api_strict", "-", "skipped"]
+    assert lines[-2] == "notes:"
+    assert lines[-1] == "[1] skipped f on array_api_strict, g on array_api_strict: why"
