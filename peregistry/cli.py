@@ -310,14 +310,14 @@ def _build_parser(show_class: type[Encoder] | None = None, *, first_pass: bool =
     p_bench = sub.add_parser(
         "bench", help="time encoders against hand-written code and a memory copy",
         description="For each NAME (default: every benchmarked encoder) and --backend (default: "
-                    "every installed one of numpy, torch, jax), time the encoder, a plain "
+                    "every installed one of numpy, torch, jax, array_api_strict), time the encoder, a plain "
                     "hand-written implementation in the same framework and a copy of the "
                     "output's bytes, interleaved in one run; print medians and ratios.",
         allow_abbrev=False,
     )
     p_bench.add_argument("names", metavar="NAME", nargs="*")
     p_bench.add_argument("--backend", action="append", default=[], metavar="B",
-                         help="numpy, torch or jax (repeatable, or comma-separated)")
+                         help="numpy, torch, jax or array_api_strict (repeatable, or comma-separated)")
     p_bench.add_argument("--quick", action="store_true",
                          help="small shapes and few repetitions (a smoke test)")
     p_bench.add_argument("--reps", type=_positive_int, metavar="N",
