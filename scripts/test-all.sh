@@ -9,7 +9,7 @@ VENV=${TOX_VENV:-.tox-runner}
 if [ ! -x "$VENV/bin/tox" ]; then
     "$PY" -m venv "$VENV" && "$VENV/bin/python" -m pip install -q --disable-pip-version-check 'tox>=4.11,<5' || exit 1
 fi
-ENVS=${TOX_ENVS:-numpy,torch,jax,strict,lint,type,docs}
+ENVS=${TOX_ENVS:-numpy,torch,jax,strict,plugins,lint,type,docs}
 "$VENV/bin/tox" run-parallel -p "${TOX_PARALLEL:-2}" --parallel-no-spinner -e "$ENVS" "$@"
 status=$?
 "$VENV/bin/python" - <<'PY'
