@@ -224,6 +224,9 @@ class TorchBackend(Backend):
         """
         import torch
 
+        if _is_dtensor(x):
+            return _rotate_dtensor(self, x, cos, sin, rotary_dim=rotary_dim,
+                                   interleaved=interleaved)
         dim = x.shape[-1]
         h = rotary_dim // 2
         functional = torch.compiler.is_compiling() or (
@@ -290,6 +293,39 @@ class TorchBackend(Backend):
                     _rotate_into(xb, c, sn, ob, t, interleaved)
                     os_.copy_(ob)
         return out
+
+
+def _is_dtensor(x: Any) -> bool:
+    import sys
+
+    mod = sys.modules.get("torch.distributed.tensor")
+    return mod is not None and isinstance(x, mod.DTensor)
+
+
+def _rotate_dtensor(backend: TorchBackend, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
+                    interleaved: bool) -> Any:
+    """A ``DTensor`` (sharded on batch, heads or sequence): each rank rotates its local block
+    with the matching rows of the (replicated, plain) tables; no communication. The pair axis
+    must not be sharded."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if _is_dtensor(cos) or _is_dtensor(sin):
+        raise TypeError("rotate: positions must be a plain tensor (or None) when x is a DTensor")
+    if any(isinstance(p, Shard) and p.dim % x.ndim == x.ndim - 1 for p in x.placements):
+        raise ValueError(f"rotate: x is a DTensor sharded on its last (dim) axis "
+                         f"{x.placements}; rotation mixes pairs across that axis, shard batch, "
+                         f"heads or sequence instead")
+    shape = (*x.shape[:-1], cos.shape[-1])
+    local_shape, offsets = compute_local_shape_and_global_offset(shape, x.device_mesh,
+                                                                 x.placements)
+    index = tuple(slice(o, o + n) for o, n in zip(offsets[:-1], local_shape[:-1], strict=True))
+    c, s = cos.expand(shape)[index], sin.expand(shape)[index]
+    local = backend.apply_rotary(x.to_local(), c, s, rotary_dim=rotary_dim,
+                                 interleaved=interleaved)
+    assert local is not None
+    return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
+                              shape=x.shape, stride=x.stride())
 
 
 _MATERIALIZE: Any = None

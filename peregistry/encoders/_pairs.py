@@ -126,6 +126,10 @@ def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:
     """
     xp = ctx.xp
     shape = tuple(idx.shape)
+    if ctx.backend.name == "jax":
+        # jnp.take indexes with N-d indices directly. Flattening a sharded (batch, Q, K) index
+        # and reshaping back makes XLA's SPMD partitioner all-gather it; this keeps the layout.
+        return xp.take(table, idx, axis=axis)
     flat = xp.reshape(idx, (-1,))
     out = xp.take(table, flat, axis=axis)
     if axis == 0:

@@ -1,0 +1,45 @@
+"""Issue 8 (PyTorch): 4 gloo processes on 127.0.0.1 (tests/_torch_dist_worker.py): context
+parallel rotary/M-RoPE equal the unsharded result exactly, and a DTensor sharded on the sequence
+dimension goes through enc.rotate and stays a DTensor with the same placements."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from peregistry.testing._core import selected_backends
+
+pytestmark = pytest.mark.skipif("torch" not in [b.name for b in selected_backends()],
+                                reason="torch backend not selected (PEREGISTRY_BACKENDS)")
+
+WORKER = Path(__file__).with_name("_torch_dist_worker.py")
+WORLD = 4
+
+
+def test_context_parallel_and_dtensor_on_four_processes() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(WORLD)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-4000:]
+    result = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert result == {"cp_rotary_equal": True, "cp_mrope_equal": True, "dtensor_type": True,
+                      "dtensor_placements": "(Shard(dim=2),)", "dtensor_local_equal": True,
+                      "dtensor_full_equal": True}
