@@ -161,6 +161,18 @@ class Backend:
 
         return self.jit(counted), lambda: count[0]
 
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
+        """``table`` (2-D) indexed along ``axis`` by an integer array ``idx`` of any shape:
+        ``axis=0`` gives ``(*idx.shape, table.shape[1])``, ``axis=1`` gives
+        ``(table.shape[0], *idx.shape)``. The standard's ``take`` accepts 1-D indices only,
+        so the default flattens them and reshapes the result."""
+        xp = self.namespace()
+        shape = tuple(idx.shape)
+        out = xp.take(table, xp.reshape(idx, (-1,)), axis=axis)
+        if axis == 0:
+            return xp.reshape(out, (*shape, table.shape[1]))
+        return xp.reshape(out, (table.shape[0], *shape))
+
     def materialize(self, *arrays: Any) -> tuple[Any, ...]:
         """The arrays, computed as they are rather than fused into their consumers by a tracing
         compiler (for small tables that many elements of a larger array reuse). The default

@@ -62,6 +62,13 @@ class JaxBackend(Backend):
 
         return jax.jit(fn)
 
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
+        """``jnp.take`` with N-d indices directly: flattening a sharded ``(batch, Q, K)`` index
+        and reshaping back makes XLA's SPMD partitioner all-gather it."""
+        import jax.numpy as jnp
+
+        return jnp.take(table, idx, axis=axis)
+
     def materialize(self, *arrays: Any) -> tuple[Any, ...]:
         """Under ``jax.jit``, pass the arrays through a ``lax.cond`` on their data. XLA fuses a
         cos/sin table into the elementwise rotation that consumes it, recomputing the

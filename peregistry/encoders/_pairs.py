@@ -124,17 +124,7 @@ def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:
 
     ``axis=0``: ``(n, c)`` → ``(*idx.shape, c)``; ``axis=1``: ``(c, n)`` → ``(c, *idx.shape)``.
     """
-    xp = ctx.xp
-    shape = tuple(idx.shape)
-    if ctx.backend.name == "jax":
-        # jnp.take indexes with N-d indices directly. Flattening a sharded (batch, Q, K) index
-        # and reshaping back makes XLA's SPMD partitioner all-gather it; this keeps the layout.
-        return xp.take(table, idx, axis=axis)
-    flat = xp.reshape(idx, (-1,))
-    out = xp.take(table, flat, axis=axis)
-    if axis == 0:
-        return xp.reshape(out, (*shape, table.shape[1]))
-    return xp.reshape(out, (table.shape[0], *shape))
+    return ctx.backend.take(table, idx, axis=axis)
 
 
 def _size(a: Any) -> int:
