@@ -77,6 +77,10 @@ def main(mode: str) -> dict[str, Any]:
     if mode == "auto":  # Explicit axes: jnp's gather asks for an out_sharding (not Array API)
         cases["t5"] = run_case(f_t, (bpos, kpos, params), ("b", None, "s"),
                                ref(f_t, bpos_host, bpos_host, params_host))
+        # The table sharded over heads: the bias comes out sharded over batch, heads, sequence.
+        params_h = {"table": put(params_host["table"], None, "h")}
+        cases["t5-heads"] = run_case(f_t, (bpos, kpos, params_h), ("b", "h", "s"),
+                                     ref(f_t, bpos_host, bpos_host, params_host))
 
     # Context parallel: shard_map over "s"; each block rotates with its own offset.
     def cp_rotate(xl: Any) -> Any:
