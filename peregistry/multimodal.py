@@ -129,6 +129,7 @@ __all__ = [
     "batch_position_ids",
     "num_tokens",
     "position_ids",
+    "segment_spans",
 ]
 
 Convention: TypeAlias = Literal["qwen2-vl", "qwen2.5-vl", "qwen2.5-omni", "qwen3-vl"]
@@ -589,6 +590,19 @@ def num_tokens(segments: Sequence[Segment], *, convention: Convention = "qwen2-v
     e.g. to build ``input_ids`` or an attention mask."""
     s = _settings("num_tokens", convention, spatial_merge_size, None, None)
     return sum(_length(seg, s.merge) for seg in _checked("num_tokens", segments, s))
+
+
+def segment_spans(segments: Sequence[Segment], *, convention: Convention = "qwen2-vl",
+                  spatial_merge_size: int = 2) -> list[tuple[str, int, int]]:
+    """``(kind, start, stop)`` token spans of each segment (``kind`` is ``"text"``,
+    ``"image"``, ...), in order: which tokens of the ids belong to which segment."""
+    s = _settings("segment_spans", convention, spatial_merge_size, None, None)
+    spans, start = [], 0
+    for seg in _checked("segment_spans", segments, s):
+        stop = start + _length(seg, s.merge)
+        spans.append((type(seg).__name__.lower(), start, stop))
+        start = stop
+    return spans
 
 
 def position_ids(

@@ -245,26 +245,31 @@ def plot_bias(enc: Encoder, settings: PlotSettings) -> Any:
     return fig
 
 
+def example_segments() -> list[Any]:
+    """The sequence of the ``ids`` plot: text, an image of 2x3 tokens, text, and a video of
+    3 grids of 2x2 tokens one second apart."""
+    from .multimodal import Image, Text, Video
+
+    return [Text(3), Image((1, 4, 6)), Text(2), Video((3, 4, 4), seconds_per_grid=1.0)]
+
+
 def plot_ids(enc: Encoder | None, settings: PlotSettings) -> Any:
     """The M-RoPE position ids (temporal, height, width) of "text, image, text, video" against
     token index, and where generated tokens continue (:func:`peregistry.multimodal.position_ids`)."""
     import numpy as np
 
-    from .multimodal import Image, Text, Video, num_tokens, position_ids
+    from .multimodal import position_ids, segment_spans
 
     plt = _pyplot()
     conv: Any = settings.convention  # validated by position_ids, naming the conventions
-    segments: list[Any] = [Text(3), Image((1, 4, 6)), Text(2), Video((3, 4, 4), seconds_per_grid=1.0)]
+    segments = example_segments()
     generated = 3
     ids, next_offset = position_ids(segments, convention=conv)
     ids = np.asarray(ids)
     n = ids.shape[1]
-    names, bounds, start = [], [], 0
-    for seg in segments:
-        length = num_tokens([seg], convention=conv)
-        names.append(type(seg).__name__.lower())
-        bounds.append((start, start + length))
-        start += length
+    spans = segment_spans(segments, convention=conv)
+    names = [kind for kind, _, _ in spans]
+    bounds = [(a, b) for _, a, b in spans]
     colors = {"text": "#f2f2f2", "image": "#dbe9f6", "video": "#fde2cc"}
     gen_x = np.arange(n, n + generated)
     gen_y = np.arange(next_offset, next_offset + generated)

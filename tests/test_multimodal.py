@@ -689,3 +689,12 @@ def test_random_sequences_equal_transformers(convention: str, data: st.DataObjec
     tps = 25 if convention == "qwen2.5-omni" else 2
     assume(all(_agrees_with_5_23(seg, convention, tps) for seg in segs))
     check_same_as_transformers(convention, segs, tps)
+
+
+def test_segment_spans_cover_the_ids_in_order() -> None:
+    from peregistry.multimodal import segment_spans
+
+    segs = [Text(3), Image((1, 4, 6)), Text(2), Video((3, 4, 4), seconds_per_grid=1.0)]
+    spans = segment_spans(segs, convention="qwen2.5-vl")
+    assert spans == [("text", 0, 3), ("image", 3, 9), ("text", 9, 11), ("video", 11, 23)]
+    assert spans[-1][2] == num_tokens(segs, convention="qwen2.5-vl")
