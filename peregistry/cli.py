@@ -815,6 +815,10 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     out.write(format_bench_table(rows) + "\n")
     out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
               "in this run (lower is faster).\n")
+    from .backends._kernel import kernel_isa, kernel_status
+
+    out.write(f"native rotation kernel (torch CPU eager): {kernel_status()}"
+              f"{'' if kernel_isa() == '-' else ', ' + kernel_isa()}\n")
     return 0
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._base import Backend
+from ._kernel import broadcast_strides, gomp_parallel_address, load_kernel
 
 #: ``torch.compile`` backend used by the conformance suite's jit check. ``inductor`` generates
 #: and compiles C++; ``aot_eager`` checks full-graph capture without code generation.
@@ -244,6 +245,9 @@ class TorchBackend(Backend):
             if rotary_dim < dim:
                 rot = torch.cat((rot, x[..., rotary_dim:].to(rot.dtype)), dim=-1)
             return rot.to(x.dtype)
+        out = _rotate_native(x, cos, sin, rotary_dim, interleaved)
+        if out is not None:
+            return out
         out = torch.empty_like(x)
         if rotary_dim < dim:
             out[..., rotary_dim:] = x[..., rotary_dim:]
@@ -293,6 +297,52 @@ class TorchBackend(Backend):
                     _rotate_into(xb, c, sn, ob, t, interleaved)
                     os_.copy_(ob)
         return out
+
+
+_NATIVE_DTYPES: dict[Any, int] = {}
+
+
+def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool) -> Any | None:
+    """The rotation by the fused C kernel (:mod:`peregistry.backends._kernel`): one pass over
+    memory on ``torch.get_num_threads()`` threads, bit for bit the eager expression below. None
+    when it does not apply (kernel not built or switched off, not a CPU tensor, not
+    C-contiguous, a dtype it lacks, tables that need more than broadcasting)."""
+    import torch
+
+    kernel = load_kernel()
+    if kernel is None:
+        return None
+    if not _NATIVE_DTYPES:
+        _NATIVE_DTYPES.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
+    xcode = _NATIVE_DTYPES.get(x.dtype)
+    wcode = _NATIVE_DTYPES.get(cos.dtype)
+    if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
+            or x.device.type != "cpu" or cos.device.type != "cpu" or sin.device.type != "cpu"
+            or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
+            or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
+            or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):
+        return None
+    lead = tuple(x.shape[:-1])
+    cstr = broadcast_strides(tuple(cos.shape), cos.stride(), lead)
+    sstr = broadcast_strides(tuple(sin.shape), sin.stride(), lead)
+    if cstr is None or sstr is None:
+        return None
+    threads = torch.get_num_threads()
+    gomp = _torch_gomp() if threads > 1 else 0
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
+                  x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
+    return out
+
+
+def _torch_gomp() -> int:
+    """``GOMP_parallel`` of the OpenMP runtime torch's intra-op threads belong to (0: none, use
+    POSIX threads). Only when ATen's parallel backend is OpenMP (the default on Linux)."""
+    import torch
+
+    if torch._C.has_openmp:
+        return gomp_parallel_address(os.path.dirname(torch.__file__))
+    return 0
 
 
 def _is_dtensor(x: Any) -> bool:
