@@ -85,7 +85,25 @@ def _torch_minimal_rope(inv_freq: Any) -> Callable[[Any, int], Any]:
     return rope
 
 
+def _torch_minimal_rope_ids(inv_freq: Any) -> Callable[[Any, Any], Any]:
+    """The same, given a position_ids tensor (as Hugging Face models pass them)."""
+    import torch
+
+    def rope(x: Any, pos: Any) -> Any:
+        freqs = pos.to(torch.float32)[:, None] * inv_freq
+        cos, sin = freqs.cos(), freqs.sin()
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    return rope
+
+
 def torch_decode(reps: int) -> None:
+    """A decode loop: every call is at the next position (4095, 4096, ...), as in generation, so
+    no per-call cache can help; ours and the baseline step through the same positions."""
+    import itertools
+
     import torch
 
     threads = torch.get_num_threads()
@@ -95,11 +113,15 @@ def torch_decode(reps: int) -> None:
         inv = torch.tensor(enc.inv_freq(), dtype=torch.float32)  # type: ignore[attr-defined]
         rope = _torch_minimal_rope(inv)
         q = torch.randn(8, 32, 1, 128)
-        r = interleaved(lambda: enc.rotate(q, offset=4095), lambda: rope(q, 4095), reps * 20)
-        report("torch decode (8, 32, 1, 128) @4095, 1 thread", r, 1.2)
-        pos = torch.tensor([4095])
-        r = interleaved(lambda: enc.rotate(q, pos), lambda: rope(q, 4095), reps * 20)
-        report("  same, explicit positions tensor (no table cache)", r, 1.2)
+        ours_t, base_t = itertools.count(4095), itertools.count(4095)
+        r = interleaved(lambda: enc.rotate(q, offset=next(ours_t)),
+                        lambda: rope(q, next(base_t)), reps * 20)
+        report("torch decode (8, 32, 1, 128) from @4095, 1 thread", r, 1.2)
+        rope_ids = _torch_minimal_rope_ids(inv)
+        ours_p, base_p = itertools.count(4095), itertools.count(4095)
+        r = interleaved(lambda: enc.rotate(q, torch.tensor([next(ours_p)])),
+                        lambda: rope_ids(q, torch.tensor([next(base_p)])), reps * 20)
+        report("  same, given a position_ids tensor each step (both)", r, 1.2)
     finally:
         torch.set_num_threads(threads)
 
@@ -165,7 +187,10 @@ def main() -> None:
     try:
         import torch
 
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        from peregistry.backends._kernel import kernel_isa, kernel_status
+
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native rotation "
+              f"kernel: {kernel_status()} ({kernel_isa()})")
         torch_prefill(args.reps, args.quick)
         torch_decode(args.reps)
     except ImportError:

@@ -173,6 +173,12 @@ class TorchBackend(Backend):
         compiled = torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=counter)
         return compiled, lambda: int(counter.frame_count)
 
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
+        """Advanced indexing with N-d indices: one op, where the standard's 1-D ``take`` needs a
+        flatten, a ``take`` (array-api-compat's also normalizes negative indices) and a
+        reshape; it matters for a decode step's gather of two table rows."""
+        return table[idx] if axis == 0 else table[:, idx]
+
     def materialize(self, *arrays: Any) -> tuple[Any, ...]:
         """Under ``torch.compile``, pass the arrays through an opaque custom op: inductor would
         otherwise fuse a cos/sin table into the elementwise rotation and recompute its
@@ -317,7 +323,7 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     xcode = _NATIVE_DTYPES.get(x.dtype)
     wcode = _NATIVE_DTYPES.get(cos.dtype)
     if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
-            or x.device.type != "cpu" or cos.device.type != "cpu" or sin.device.type != "cpu"
+            or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
             or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
             or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
             or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):

@@ -423,6 +423,13 @@ class RotaryEncoder(Encoder):
 
     #: Upper bound on cached eager-mode cos/sin tables per encoder.
     _TABLE_CACHE_SIZE: ClassVar[int] = 16
+    #: Bytes the cos and sin position tables together may take (per device and dtype).
+    _POSITION_TABLE_BYTES: ClassVar[int] = 32 << 20
+    #: Whether the tables of ``positions=None, offset=o`` are rows ``o..o+seq-1`` (sequence axis
+    #: -2) of the tables of ``0..n-1``, so that the position table may serve them. True when a
+    #: subclass keeps the default positions (``offset + arange(seq)``); a subclass that changes
+    #: them may declare it (M-RoPE does: its text positions are one position per token).
+    _offset_rows_are_positions: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -558,7 +565,10 @@ class RotaryEncoder(Encoder):
             else:
                 off = offset
                 static_len = offset + xshape[-2]
-                if not tracing:  # decoding: the same tables again, before any other work
+                if not tracing:  # decoding: rows of the position table, before any other work
+                    rows = self._table_rows(offset, xshape[-2], ctx=ctx, cdt=cdt)
+                    if rows is not None:
+                        return self._apply_rotation(x, *rows, cdt=cdt, ctx=ctx, native=native)
                     key = (offset, xshape[-2], seq_len, str(ctx.device), cdt)
                     cached = self._cache["tables"].get(key)
                     if cached is not None:
@@ -569,6 +579,10 @@ class RotaryEncoder(Encoder):
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
             pos = self._positions(pos, ctx)
+            if not tracing and self._position_table_applies():
+                gathered = self._gather_rows(pos, xshape, ctx=ctx, cdt=cdt)
+                if gathered is not None:
+                    return self._apply_rotation(x, *gathered, cdt=cdt, ctx=ctx, native=native)
         batch = self._position_batch_shape(pos)
         target = xshape[:-1]
         if not _broadcasts_into(batch, target):
@@ -585,6 +599,76 @@ class RotaryEncoder(Encoder):
                 tables.pop(next(iter(tables)))
             tables[key] = (cos, sin)
         return self._apply_rotation(x, cos, sin, cdt=cdt, ctx=ctx, native=native)
+
+    def _position_table_applies(self) -> bool:
+        cls = type(self)
+        return cls._offset_rows_are_positions or (
+            cls._default_positions is RotaryEncoder._default_positions
+            and cls._position_batch_shape is RotaryEncoder._position_batch_shape)
+
+    def _position_table(self, end: int, *, ctx: Ctx, cdt: Any) -> tuple[Any, Any] | None:
+        """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``, a power of two),
+        computed once per device and dtype and kept while they fit in
+        :data:`_POSITION_TABLE_BYTES`; None if they would not, or if the tables depend on the
+        sequence length (``dynamic``/``longrope`` scalings). Each row is what computing that
+        position alone gives (the angles are elementwise), so rows taken from it equal a fresh
+        computation: decoding then costs a slice instead of trigonometry."""
+        tables = self._cache.setdefault("positions", {})
+        key = (str(ctx.device), cdt)
+        have = tables.get(key)
+        if have is not None and 0 < end <= have[0].shape[-2]:  # the decode step's path
+            return have  # type: ignore[no-any-return]
+        if end <= 0 or self._seq_len_dependence()[0] != "none" or not self._position_table_applies():
+            return None
+        itemsize = ctx.xp.finfo(cdt).bits // 8
+        half = self._rotary_dim() // 2
+        n = 1 << max(10, (end - 1).bit_length())
+        if 2 * n * half * itemsize > self._POSITION_TABLE_BYTES:
+            return None
+        if have is not None:
+            n = max(n, 2 * have[0].shape[-2])
+            if 2 * n * half * itemsize > self._POSITION_TABLE_BYTES:
+                n = 1 << (end - 1).bit_length()
+        pos = self._default_positions(n, 0, ctx=ctx)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
+        xp = ctx.xp
+        table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
+        tables[key] = table
+        return table
+
+    def _table_rows(self, offset: int, seq: int, *, ctx: Ctx,
+                    cdt: Any) -> tuple[Any, Any] | None:
+        """Rows ``offset .. offset+seq-1`` of :meth:`_position_table` (views), or None."""
+        if offset < 0:
+            return None
+        table = self._position_table(offset + seq, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        cos, sin = table
+        return cos[..., offset:offset + seq, :], sin[..., offset:offset + seq, :]
+
+    def _gather_rows(self, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
+                     cdt: Any) -> tuple[Any, Any] | None:
+        """Integer ``positions`` in the range of :meth:`_position_table`: its rows at them
+        (one gather instead of trigonometry); None otherwise (the caller computes)."""
+        xp = ctx.xp
+        shape = tuple(pos.shape)
+        if (not xp.isdtype(pos.dtype, "integral") or not _broadcasts_into(shape, xshape[:-1])
+                or tuple(self._position_batch_shape(pos)) != shape):
+            return None
+        size = 1
+        for n in pos.shape:
+            size *= int(n)
+        if size == 0:
+            return None
+        lo, hi = int(xp.min(pos)), int(xp.max(pos))
+        if lo < 0:
+            return None
+        table = self._position_table(hi + 1, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        cos, sin = table
+        return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
 
     def _check_seq_len(self, seq_len: Any) -> int | None:
         if seq_len is None:

@@ -55,6 +55,7 @@ class MRope(ScaledRotary):
     name = "mrope"
     properties = frozenset({"rope-layouts", "multi-axis"})
     __slots__ = ()
+    _offset_rows_are_positions = True  # text positions: one position per token, on every axis
 
     dim = HEAD_DIM
     theta = THETA

@@ -1,0 +1,109 @@
+"""The eager position table of rotary encoders: decoding at increasing offsets (and explicit integer
+position ids) reads rows of one cached table instead of recomputing trigonometry, with results
+equal to a fresh computation, on every selected backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import peregistry as per
+from peregistry.encoders.base import RotaryEncoder
+
+
+def _x(backend: Any, shape: tuple[int, ...], seed: int = 0) -> Any:
+    return backend.from_numpy(np.random.default_rng(seed).standard_normal(shape),
+                              dtype=backend.float_dtypes()["float32"])
+
+
+def _fresh(enc: Any, x: Any, positions: np.ndarray, backend: Any) -> Any:
+    """Rotation with the tables computed from scratch: real-valued positions never use the
+    position table (only integer ones index it)."""
+    pos = backend.from_numpy(positions.astype(np.float64),
+                             dtype=backend.float_dtypes()["float32"])
+    return enc.rotate(x, pos)
+
+
+@pytest.mark.parametrize("opts", [
+    {"dim": 16},
+    {"dim": 16, "layout": "interleaved", "rotary_dim": 8},
+    {"dim": 16, "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+])
+def test_decode_offsets_equal_fresh_tables(backend: Any, opts: dict[str, Any]) -> None:
+    enc = per.get_encoder("rotary", **opts)
+    x = _x(backend, (2, 3, 1, 16))
+    for offset in (0, 5, 1023, 1024, 3000, 70000):  # crossing growth points of the table
+        got = backend.to_numpy(enc.rotate(x, offset=offset))
+        want = backend.to_numpy(_fresh(enc, x, np.array([offset]), backend))
+        np.testing.assert_array_equal(got, want)
+    assert enc._cache["positions"], "the position table was not used"
+
+
+def test_explicit_integer_positions_gather_rows(backend: Any) -> None:
+    enc = per.get_encoder("rotary", dim=16)
+    x = _x(backend, (2, 3, 5, 16))
+    ids = np.array([[[0, 7, 4095, 4096, 9000]], [[3, 2, 1, 0, 5]]])  # (2, 1, 5), per batch
+    got = backend.to_numpy(enc.rotate(x, backend.from_numpy(ids)))
+    np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, ids, backend)))
+    assert enc._cache["positions"]
+
+
+def test_negative_and_huge_positions_are_computed(backend: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of the table's range (negative, or past its byte budget): computed, same values."""
+    monkeypatch.setattr(RotaryEncoder, "_POSITION_TABLE_BYTES", 2 * 2048 * 8 * 4)
+    enc = per.get_encoder("rotary", dim=16)
+    x = _x(backend, (1, 2, 3, 16))
+    ids = np.array([-5, 10, 3000])  # 3000 needs 4096 rows: over the budget of 2048
+    got = backend.to_numpy(enc.rotate(x, backend.from_numpy(ids)))
+    np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, ids, backend)))
+    got = backend.to_numpy(enc.rotate(x, offset=5000))
+    np.testing.assert_array_equal(got, backend.to_numpy(
+        _fresh(enc, x, np.arange(5000, 5003), backend)))
+    assert not enc._cache.get("positions")
+    enc.rotate(x, offset=7)
+    assert enc._cache["positions"]  # in range again: the table is used
+
+
+def test_sequence_length_dependent_scaling_has_no_position_table(backend: Any) -> None:
+    enc = per.get_encoder("rotary", dim=16, scaling={
+        "type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64})
+    x = _x(backend, (1, 2, 1, 16))
+    a = backend.to_numpy(enc.rotate(x, offset=10))
+    b = backend.to_numpy(enc.rotate(x, offset=200))  # past 64: NTK-scaled frequencies
+    assert not enc._cache.get("positions")
+    np.testing.assert_array_equal(b, backend.to_numpy(_fresh(enc, x, np.array([200]), backend)))
+    assert not np.array_equal(a, b)
+
+
+def test_mrope_text_decoding_uses_rows_of_its_table(backend: Any) -> None:
+    enc = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    x = _x(backend, (2, 3, 1, 16))
+    for offset in (0, 17, 2049):
+        got = backend.to_numpy(enc.rotate(x, offset=offset))
+        pos = np.full((3, 1), offset, dtype=np.float64)
+        want = backend.to_numpy(enc.rotate(x, backend.from_numpy(
+            pos, dtype=backend.float_dtypes()["float32"])))
+        np.testing.assert_array_equal(got, want)
+    assert enc._cache["positions"]
+
+
+def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -> None:
+    """A plugin whose positions=None means something else than offset + arange(seq) keeps
+    computing them: the table is only used where its rows are known to be the positions."""
+
+    class Doubled(type(per.get_encoder("rotary", dim=8))):  # type: ignore[misc]
+        name = "doubled-test"
+        __slots__ = ()
+
+        def _default_positions(self, seq: int, offset: Any, *, ctx: Any) -> Any:
+            return 2 * super()._default_positions(seq, offset, ctx=ctx)
+
+    enc = Doubled(dim=8)
+    x = _x(backend, (1, 1, 2, 8))
+    got = backend.to_numpy(enc.rotate(x, offset=3))
+    np.testing.assert_array_equal(got, backend.to_numpy(
+        _fresh(enc, x, np.array([6, 8]), backend)))
+    assert not enc._cache.get("positions")
