@@ -389,3 +389,101 @@ def test_hf_llama_bit_for_bit_through_the_kernel(torch: Any, kernel: Any,
     cos, sin = enc.cos_sin(torch.arange(1024))
     hq, _ = apply_rotary_pos_emb(q, q, cos[None], sin[None])
     assert torch.equal(ours, hq)
+
+
+# -- tensors the kernel must not touch (found in review) -------------------------------------------
+_FAKE_AND_FUNCTIONAL = r"""
+import torch, peregistry as per
+from torch._subclasses.fake_tensor import FakeTensorMode
+enc = per.get_encoder("rotary", dim=64)
+x = torch.randn(2, 4, 8, 64)
+with FakeTensorMode() as m:
+    y = enc.rotate(m.from_tensor(x))
+    assert type(y).__name__ == "FakeTensor" and y.shape == x.shape, y
+assert not enc._cache.get("positions") and not enc._cache["tables"], "fake tables were cached"
+assert torch.equal(torch.func.functionalize(enc.rotate)(x), enc.rotate(x))
+assert torch.equal(torch.vmap(enc.rotate)(x), enc.rotate(x))
+print("ok")
+"""
+
+
+def test_fake_functional_and_vmapped_tensors_never_reach_the_kernel(torch: Any, kernel: Any) -> None:
+    """Their ``data_ptr`` is no buffer of theirs (the kernel would read freed or foreign memory):
+    run in a subprocess, so that a regression is a failed test, not a crashed run."""
+    r = subprocess.run([sys.executable, "-c", _FAKE_AND_FUNCTIONAL], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
+# torch 2.13's forward-AD decompositions script a helper on first use (its warning, not ours).
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_forward_mode_ad_keeps_the_tangent(torch: Any, kernel: Any) -> None:
+    """Rotation is linear in x, so the tangent of rotate(x) along t is rotate(t)."""
+    import torch.autograd.forward_ad as fwad
+
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=16)
+    x, t = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    with fwad.dual_level():
+        tangent = fwad.unpack_dual(enc.rotate(fwad.make_dual(x, t))).tangent
+    assert tangent is not None
+    torch.testing.assert_close(tangent, enc.rotate(t))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32"])
+def test_narrow_integer_positions_are_positions_not_masks(torch: Any, dtype: str) -> None:
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=16)
+    x = torch.randn(1, 1024, 16)
+    p = torch.ones(1024, dtype=getattr(torch, dtype))
+    assert torch.equal(enc.rotate(x, p), enc.rotate(x, p.long()))
+
+
+def test_float64_x_with_float32_tables_rotates_in_float64(torch: Any, kernel: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the adapter directly (rotate() itself widens the tables first): type promotion
+    makes it a float64 rotation, which the kernel's float32 rows are not, so it is left out."""
+    from peregistry.backends._torch import TorchBackend
+
+    x = torch.randn(2, 4, 64, 64, dtype=torch.float64)
+    ang = torch.rand(64, 32, dtype=torch.float64) * 8 - 4
+    c, s = ang.cos().float(), ang.sin().float()
+    calls = _native_calls(monkeypatch, kernel)
+    got = TorchBackend().apply_rotary(x, c, s, rotary_dim=64, interleaved=False)
+    assert calls == []
+    a, b = x[..., :32], x[..., 32:]
+    assert torch.equal(got, torch.cat((a * c - b * s, b * c + a * s), -1))
+
+
+def test_inference_mode_tables_serve_training_later(torch: Any) -> None:
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=64)
+    x = torch.randn(2, 4, 8, 64)
+    with torch.inference_mode():
+        enc.rotate(x, offset=3)
+        enc.rotate(x, torch.arange(8))
+    for kwargs in ({"offset": 3}, {"offset": 5}, {"positions": torch.arange(8)}):
+        xr = x.clone().requires_grad_()
+        enc.rotate(xr, **kwargs).sum().backward()
+        assert xr.grad is not None
+
+
+def test_bfloat16_nan_bits_match_torch(torch: Any, kernel: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN is written as torch's own float32 -> bfloat16 copy writes it (0xFFFF on ATen's
+    vectorized CPU path), so results are bitwise equal with NaN in the input too."""
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=64)
+    x = torch.randn(2, 4, 64, 64)
+    x[0, 0, 0, 0], x[0, 0, 1, 3], x[0, 0, 2, 5] = float("nan"), -float("nan"), float("inf")
+    xb = x.to(torch.bfloat16)
+    fast = enc.rotate(xb)
+    with monkeypatch.context() as m:
+        _pure_torch(m)
+        slow = enc.rotate(xb)
+    assert torch.isnan(fast).any()
+    assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))

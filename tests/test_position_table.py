@@ -107,3 +107,50 @@ def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -
     np.testing.assert_array_equal(got, backend.to_numpy(
         _fresh(enc, x, np.array([6, 8]), backend)))
     assert not enc._cache.get("positions")
+
+
+def test_subclass_declaring_rows_but_shifting_positions_is_not_gathered(backend: Any) -> None:
+    """The gather indexes the table by raw position ids, so it is only for classes whose table
+    rows are ``arange(n)`` itself; a subclass of M-RoPE-like declaration with its own default
+    positions still gets the right offset rows and computes explicit ids."""
+
+    class Doubled(type(per.get_encoder("rotary", dim=8))):  # type: ignore[misc]
+        name = "doubled-declared-test"
+        __slots__ = ()
+        _offset_rows_are_positions = False  # not declared by this class: inherited flags don't count
+
+        def _default_positions(self, seq: int, offset: Any, *, ctx: Any) -> Any:
+            return 2 * super()._default_positions(seq, offset, ctx=ctx)
+
+    class Declared(Doubled):
+        name = "doubled-declared-test-2"
+        __slots__ = ()
+        _offset_rows_are_positions = True  # wrong on purpose: ids must still not be gathered
+
+    enc = Declared(dim=8)
+    x = _x(backend, (1, 1, 3, 8))
+    ids = np.array([1, 2, 3])
+    got = backend.to_numpy(enc.rotate(x, backend.from_numpy(ids)))
+    np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, ids, backend)))
+
+
+def test_tables_made_inside_a_trace_are_not_cached(backend: Any) -> None:
+    """JAX stages even operations on concrete arrays inside ``jax.jit``: a table made there is a
+    tracer and must not be kept for later eager calls (nor may positions be read there)."""
+    if backend.name != "jax":
+        pytest.skip("JAX-specific: staging of concrete operations inside jax.jit")
+    import jax
+    import jax.numpy as jnp
+
+    enc = per.get_encoder("rotary", dim=16)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 5, 16)), dtype=jnp.float32)
+    ids = jnp.arange(5)
+    want = np.asarray(enc.rotate(x, ids.astype(jnp.float32)))
+    tol = {"rtol": 0, "atol": 8 * float(np.finfo(np.float32).eps)}  # XLA's fused trigonometry
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda s: enc.rotate(x, offset=0) * s)(1.0)),
+                               want, **tol)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda p: enc.rotate(x, p))(ids)), want, **tol)
+    np.testing.assert_allclose(np.asarray(jax.vmap(lambda p: enc.rotate(x[0], p))(ids[None])),
+                               want[:1], **tol)
+    assert not enc._cache.get("positions") and not enc._cache["tables"]
+    np.testing.assert_array_equal(np.asarray(enc.rotate(x, offset=0)), want)  # eager still fine

@@ -46,7 +46,7 @@
 
 enum { DT_FLOAT32 = 0, DT_FLOAT64 = 1, DT_BFLOAT16 = 2 };
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 /* One binary, several code paths, chosen once at import by what the CPU has: AVX-512 (with
  * 512-bit vectors: the bfloat16 conversions are most of the work), AVX2, and the SSE2 baseline.
  * None enables FMA, and -ffp-contract=off forbids contraction anyway, so every path rounds
@@ -82,12 +82,13 @@ INLINE float bf16_load(uint16_t v) {
     return f;
 }
 
-/* Round to nearest even, as c10::BFloat16 does; NaN becomes the canonical quiet NaN. */
+/* Round to nearest even, as c10::BFloat16 does; NaN becomes 0xFFFF, as in ATen's vectorized
+ * CPU conversion (cvtfp32_bf16), which is what torch's own float32 -> bfloat16 copy writes. */
 INLINE uint16_t bf16_store(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    return (f != f) ? (uint16_t)0x7FC0u : (uint16_t)r;
+    return (f != f) ? (uint16_t)0xFFFFu : (uint16_t)r;
 }
 
 /* One row of one layout, for one (storage type, arithmetic type) combination. */
@@ -320,7 +321,15 @@ static PyObject *rotate(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "shape: negative size");
             return NULL;
         }
+        if (job.shape[k] > 0 && rows > PY_SSIZE_T_MAX / job.shape[k]) {
+            PyErr_SetString(PyExc_OverflowError, "shape: too many elements");
+            return NULL;
+        }
         rows *= job.shape[k];
+    }
+    if (dim < 0 || (dim > 0 && rows > PY_SSIZE_T_MAX / dim)) {
+        PyErr_Format(PyExc_ValueError, "dim: %zd is negative or too large for shape", dim);
+        return NULL;
     }
     job.x = (const char *)(uintptr_t)x;
     job.out = (char *)(uintptr_t)out;

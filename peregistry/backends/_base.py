@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -183,6 +184,21 @@ class Backend:
         """True if ``x`` is a placeholder of a tracing compiler (its values are unknown now).
         Encoders then neither read values on the host nor touch eager caches."""
         return False
+
+    def cacheable(self, x: Any) -> bool:
+        """Whether an array an encoder computed may be kept in an eager cache and reused by
+        later calls (not a tracer, nor tied to a mode such as torch's inference mode)."""
+        return not self.is_tracing(x)
+
+    def cache_scope(self) -> AbstractContextManager[Any]:
+        """Context in which arrays meant for an eager cache are computed (torch leaves inference
+        mode there, so a table made during inference also serves training)."""
+        return nullcontext()
+
+    def reads_cheaply(self, x: Any) -> bool:
+        """Whether reading values of ``x`` on the host costs no device synchronization (an
+        encoder may then look at them to pick a faster path)."""
+        return True
 
     # -- differentiation (used by the conformance suite and the docs' training examples) -------
     def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],

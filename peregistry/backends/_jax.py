@@ -92,6 +92,10 @@ class JaxBackend(Backend):
         return tuple(jax.lax.cond(pred, lambda a: a, lambda a: tuple(v + 0 for v in a),
                                   tuple(arrays)))
 
+    def reads_cheaply(self, x: Any) -> bool:
+        devices = getattr(x, "devices", None)
+        return devices is None or all(d.platform == "cpu" for d in devices())
+
     def is_tracing(self, x: Any) -> bool:
         import jax
 

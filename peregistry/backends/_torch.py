@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ._base import Backend
@@ -177,6 +178,10 @@ class TorchBackend(Backend):
         """Advanced indexing with N-d indices: one op, where the standard's 1-D ``take`` needs a
         flatten, a ``take`` (array-api-compat's also normalizes negative indices) and a
         reshape; it matters for a decode step's gather of two table rows."""
+        import torch
+
+        if idx.dtype not in (torch.int64, torch.int32):  # uint8/bool would index as a mask
+            idx = idx.to(torch.int64)
         return table[idx] if axis == 0 else table[:, idx]
 
     def materialize(self, *arrays: Any) -> tuple[Any, ...]:
@@ -195,7 +200,20 @@ class TorchBackend(Backend):
     def is_tracing(self, x: Any) -> bool:
         import torch
 
-        return bool(torch.compiler.is_compiling())
+        return bool(torch.compiler.is_compiling()) or _placeholder(x)
+
+    def cacheable(self, x: Any) -> bool:
+        return not self.is_tracing(x) and not (hasattr(x, "is_inference") and x.is_inference())
+
+    def cache_scope(self) -> AbstractContextManager[Any]:
+        import torch
+
+        if torch.is_inference_mode_enabled():
+            return torch.inference_mode(False)
+        return nullcontext()
+
+    def reads_cheaply(self, x: Any) -> bool:
+        return bool(getattr(x, "is_cpu", True))
 
     def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
                                                                        dict[str, Any]] | None:
@@ -236,9 +254,9 @@ class TorchBackend(Backend):
                                    interleaved=interleaved)
         dim = x.shape[-1]
         h = rotary_dim // 2
-        functional = torch.compiler.is_compiling() or (
-            torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
-                                         or sin.requires_grad))
+        functional = (torch.compiler.is_compiling() or _forward_ad_active() or _placeholder(x)
+                      or (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
+                                                       or sin.requires_grad)))
         if functional:
             if interleaved:
                 a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
@@ -323,6 +341,8 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     xcode = _NATIVE_DTYPES.get(x.dtype)
     wcode = _NATIVE_DTYPES.get(cos.dtype)
     if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
+            or (xcode == 1 and wcode == 0)  # float64 x rotates in float64 (type promotion)
+            or not (_plain(x) and _plain(cos) and _plain(sin))
             or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
             or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
             or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
@@ -339,6 +359,39 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
                   x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
     return out
+
+
+def _plain(t: Any) -> bool:
+    """A real tensor with its own memory: not a subclass (FakeTensor, DTensor, ...), not a
+    functionalization or functorch (vmap, grad) wrapper, whose ``data_ptr`` is no buffer."""
+    import torch
+
+    return (type(t) is torch.Tensor and not torch._is_functional_tensor(t)
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+
+
+def _placeholder(t: Any) -> bool:
+    """A tensor without readable values: fake (also under functionalization), or wrapped by
+    functorch's vmap/grad transforms."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return False
+    if type(t) is torch.Tensor:
+        return bool(torch._is_functional_tensor(t)
+                    or torch._C._functorch.is_functorch_wrapped_tensor(t))
+    from torch._subclasses.fake_tensor import is_fake
+
+    return bool(is_fake(t))
+
+
+def _forward_ad_active() -> bool:
+    """Inside ``torch.autograd.forward_ad.dual_level()``: dual tensors need the plain
+    expression (the ``out=`` ops and the kernel would drop their tangents)."""
+    import sys
+
+    fwad = sys.modules.get("torch.autograd.forward_ad")
+    return fwad is not None and getattr(fwad, "_current_level", -1) >= 0
 
 
 def _torch_gomp() -> int:

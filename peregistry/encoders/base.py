@@ -547,7 +547,8 @@ class RotaryEncoder(Encoder):
             raise ValueError(f"{self.name}: x.shape={xshape}, but x.shape[-1] should be dim="
                              f"{dim} (x is (..., seq, dim))")
         seq_len = self._check_seq_len(seq_len)
-        tracing = ctx.backend.is_tracing(x)
+        tracing = ctx.backend.is_tracing(x) or any(
+            a is not None and ctx.backend.is_tracing(a) for a in (pos, offset_arr))
         static_len = None
         # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
         cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
@@ -593,7 +594,7 @@ class RotaryEncoder(Encoder):
         # One table per position, shared by every head: a compiler must not recompute it for
         # each element of x (XLA would fuse it into the rotation loop).
         cos, sin = ctx.backend.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt))
-        if key is not None:
+        if key is not None and ctx.backend.cacheable(cos):
             tables = self._cache["tables"]
             if len(tables) >= self._TABLE_CACHE_SIZE:
                 tables.pop(next(iter(tables)))
@@ -601,10 +602,12 @@ class RotaryEncoder(Encoder):
         return self._apply_rotation(x, cos, sin, cdt=cdt, ctx=ctx, native=native)
 
     def _position_table_applies(self) -> bool:
-        cls = type(self)
-        return cls._offset_rows_are_positions or (
-            cls._default_positions is RotaryEncoder._default_positions
-            and cls._position_batch_shape is RotaryEncoder._position_batch_shape)
+        """Whether ``offset`` rows of the position table are the tables of ``positions=None``:
+        the default positions are ours, or the class that defines them declares it."""
+        owner = next(c for c in type(self).__mro__ if "_default_positions" in c.__dict__)
+        if owner is RotaryEncoder:
+            return type(self)._position_batch_shape is RotaryEncoder._position_batch_shape
+        return bool(owner.__dict__.get("_offset_rows_are_positions", False))
 
     def _position_table(self, end: int, *, ctx: Ctx, cdt: Any) -> tuple[Any, Any] | None:
         """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``, a power of two),
@@ -629,11 +632,13 @@ class RotaryEncoder(Encoder):
             n = max(n, 2 * have[0].shape[-2])
             if 2 * n * half * itemsize > self._POSITION_TABLE_BYTES:
                 n = 1 << (end - 1).bit_length()
-        pos = self._default_positions(n, 0, ctx=ctx)
-        cos, sin = self._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
         xp = ctx.xp
-        table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
-        tables[key] = table
+        with ctx.backend.cache_scope():
+            pos = self._default_positions(n, 0, ctx=ctx)
+            cos, sin = self._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
+            table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
+        if ctx.backend.cacheable(table[0]):  # not inside a trace (JAX stages even constants)
+            tables[key] = table
         return table
 
     def _table_rows(self, offset: int, seq: int, *, ctx: Ctx,
@@ -653,15 +658,21 @@ class RotaryEncoder(Encoder):
         (one gather instead of trigonometry); None otherwise (the caller computes)."""
         xp = ctx.xp
         shape = tuple(pos.shape)
-        if (not xp.isdtype(pos.dtype, "integral") or not _broadcasts_into(shape, xshape[:-1])
-                or tuple(self._position_batch_shape(pos)) != shape):
+        owner = next(c for c in type(self).__mro__ if "_default_positions" in c.__dict__)
+        if (pos.dtype not in (xp.int32, xp.int64) or owner is not RotaryEncoder
+                or not _broadcasts_into(shape, xshape[:-1])
+                or tuple(self._position_batch_shape(pos)) != shape
+                or not ctx.backend.reads_cheaply(pos)):
             return None
         size = 1
         for n in pos.shape:
             size *= int(n)
         if size == 0:
             return None
-        lo, hi = int(xp.min(pos)), int(xp.max(pos))
+        lo_hi = (xp.min(pos), xp.max(pos))
+        if ctx.backend.is_tracing(lo_hi[0]):  # staged by an enclosing trace: values unknown
+            return None
+        lo, hi = int(lo_hi[0]), int(lo_hi[1])
         if lo < 0:
             return None
         table = self._position_table(hi + 1, ctx=ctx, cdt=cdt)
