@@ -163,15 +163,15 @@ class Backend:
         return self.jit(counted), lambda: count[0]
 
     def take(self, table: Any, idx: Any, *, axis: int) -> Any:
-        """``table`` (2-D) indexed along ``axis`` by an integer array ``idx`` of any shape:
-        ``axis=0`` gives ``(*idx.shape, table.shape[1])``, ``axis=1`` gives
+        """``table`` indexed along ``axis`` by an integer array ``idx`` of any shape:
+        ``axis=0`` gives ``(*idx.shape, *table.shape[1:])``; ``axis=1`` (2-D tables) gives
         ``(table.shape[0], *idx.shape)``. The standard's ``take`` accepts 1-D indices only,
         so the default flattens them and reshapes the result."""
         xp = self.namespace()
         shape = tuple(idx.shape)
         out = xp.take(table, xp.reshape(idx, (-1,)), axis=axis)
         if axis == 0:
-            return xp.reshape(out, (*shape, table.shape[1]))
+            return xp.reshape(out, (*shape, *table.shape[1:]))
         return xp.reshape(out, (table.shape[0], *shape))
 
     def materialize(self, *arrays: Any) -> tuple[Any, ...]:
@@ -194,6 +194,15 @@ class Backend:
         """Context in which arrays meant for an eager cache are computed (torch leaves inference
         mode there, so a table made during inference also serves training)."""
         return nullcontext()
+
+    def int_bounds(self, x: Any) -> tuple[int, int] | None:
+        """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be
+        read now (inside a trace)."""
+        xp = self.namespace()
+        lo, hi = xp.min(x), xp.max(x)
+        if self.is_tracing(lo):
+            return None
+        return int(lo), int(hi)
 
     def reads_cheaply(self, x: Any) -> bool:
         """Whether reading values of ``x`` on the host costs no device synchronization (an

@@ -212,6 +212,16 @@ class TorchBackend(Backend):
             return torch.inference_mode(False)
         return nullcontext()
 
+    def int_bounds(self, x: Any) -> tuple[int, int] | None:
+        """One pass (``aminmax``); torch stages nothing eagerly, so callers that checked
+        ``is_tracing`` on ``x`` may read it."""
+        import torch
+
+        if torch.compiler.is_compiling():
+            return None
+        lo, hi = torch.aminmax(x)
+        return int(lo), int(hi)
+
     def reads_cheaply(self, x: Any) -> bool:
         return bool(getattr(x, "is_cpu", True))
 
@@ -361,13 +371,24 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     return out
 
 
+def _wrapped(t: Any) -> bool:
+    """``t`` (a plain ``torch.Tensor``) is a functionalization or functorch (vmap, grad, jvp)
+    wrapper. Such wrappers only exist while a torch.func transform runs (its interpreter stack
+    is not empty) or while compiling; checking the stack first keeps eager calls cheap."""
+    import torch
+
+    fc = torch._C._functorch
+    if fc.peek_interpreter_stack() is None and not torch.compiler.is_compiling():
+        return False
+    return bool(torch._is_functional_tensor(t) or fc.is_functorch_wrapped_tensor(t))
+
+
 def _plain(t: Any) -> bool:
     """A real tensor with its own memory: not a subclass (FakeTensor, DTensor, ...), not a
     functionalization or functorch (vmap, grad) wrapper, whose ``data_ptr`` is no buffer."""
     import torch
 
-    return (type(t) is torch.Tensor and not torch._is_functional_tensor(t)
-            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+    return type(t) is torch.Tensor and not _wrapped(t)
 
 
 def _placeholder(t: Any) -> bool:
@@ -375,11 +396,10 @@ def _placeholder(t: Any) -> bool:
     functorch's vmap/grad transforms."""
     import torch
 
+    if type(t) is torch.Tensor:
+        return _wrapped(t)
     if not isinstance(t, torch.Tensor):
         return False
-    if type(t) is torch.Tensor:
-        return bool(torch._is_functional_tensor(t)
-                    or torch._C._functorch.is_functorch_wrapped_tensor(t))
     from torch._subclasses.fake_tensor import is_fake
 
     return bool(is_fake(t))

@@ -271,10 +271,12 @@ def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
     from ..registry import default_registry
 
     backend = None
+    owners = []
     for a in arrays:
+        b = None if a is None else default_registry.backend_of(a)
+        owners.append(b)
         if a is None:
             continue
-        b = default_registry.backend_of(a)
         if b is None:
             if isinstance(a, int | float | list | tuple) and not isinstance(a, bool):
                 continue
@@ -297,8 +299,8 @@ def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
     xp = backend.namespace()
     device = None
     out = []
-    for a in arrays:
-        if a is not None and default_registry.backend_of(a) is None:
+    for a, b in zip(arrays, owners, strict=True):
+        if a is not None and b is None:
             a = _from_python(owner, a, backend)
         elif a is not None and device is None:
             device = backend.device(a)
@@ -580,7 +582,7 @@ class RotaryEncoder(Encoder):
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
             pos = self._positions(pos, ctx)
-            if not tracing and self._position_table_applies():
+            if not tracing and _table_use(type(self))[1]:
                 gathered = self._gather_rows(pos, xshape, ctx=ctx, cdt=cdt)
                 if gathered is not None:
                     return self._apply_rotation(x, *gathered, cdt=cdt, ctx=ctx, native=native)
@@ -601,14 +603,6 @@ class RotaryEncoder(Encoder):
             tables[key] = (cos, sin)
         return self._apply_rotation(x, cos, sin, cdt=cdt, ctx=ctx, native=native)
 
-    def _position_table_applies(self) -> bool:
-        """Whether ``offset`` rows of the position table are the tables of ``positions=None``:
-        the default positions are ours, or the class that defines them declares it."""
-        owner = next(c for c in type(self).__mro__ if "_default_positions" in c.__dict__)
-        if owner is RotaryEncoder:
-            return type(self)._position_batch_shape is RotaryEncoder._position_batch_shape
-        return bool(owner.__dict__.get("_offset_rows_are_positions", False))
-
     def _position_table(self, end: int, *, ctx: Ctx, cdt: Any) -> tuple[Any, Any] | None:
         """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``, a power of two),
         computed once per device and dtype and kept while they fit in
@@ -621,7 +615,7 @@ class RotaryEncoder(Encoder):
         have = tables.get(key)
         if have is not None and 0 < end <= have[0].shape[-2]:  # the decode step's path
             return have  # type: ignore[no-any-return]
-        if end <= 0 or self._seq_len_dependence()[0] != "none" or not self._position_table_applies():
+        if end <= 0 or self._seq_len_dependence()[0] != "none" or not _table_use(type(self))[0]:
             return None
         itemsize = ctx.xp.finfo(cdt).bits // 8
         half = self._rotary_dim() // 2
@@ -658,9 +652,7 @@ class RotaryEncoder(Encoder):
         (one gather instead of trigonometry); None otherwise (the caller computes)."""
         xp = ctx.xp
         shape = tuple(pos.shape)
-        owner = next(c for c in type(self).__mro__ if "_default_positions" in c.__dict__)
-        if (pos.dtype not in (xp.int32, xp.int64) or owner is not RotaryEncoder
-                or not _broadcasts_into(shape, xshape[:-1])
+        if (pos.dtype not in (xp.int32, xp.int64) or not _broadcasts_into(shape, xshape[:-1])
                 or tuple(self._position_batch_shape(pos)) != shape
                 or not ctx.backend.reads_cheaply(pos)):
             return None
@@ -669,10 +661,10 @@ class RotaryEncoder(Encoder):
             size *= int(n)
         if size == 0:
             return None
-        lo_hi = (xp.min(pos), xp.max(pos))
-        if ctx.backend.is_tracing(lo_hi[0]):  # staged by an enclosing trace: values unknown
+        bounds = ctx.backend.int_bounds(pos)
+        if bounds is None:  # staged by an enclosing trace: values unknown
             return None
-        lo, hi = int(lo_hi[0]), int(lo_hi[1])
+        lo, hi = bounds
         if lo < 0:
             return None
         table = self._position_table(hi + 1, ctx=ctx, cdt=cdt)
@@ -739,6 +731,25 @@ class RotaryEncoder(Encoder):
                 return out
         return apply_rotation(x, cos, sin, rotary_dim=rd, interleaved=interleaved, cdt=cdt,
                               xp=ctx.xp)
+
+
+_TABLE_USE: dict[type, tuple[bool, bool]] = {}
+
+
+def _table_use(cls: type) -> tuple[bool, bool]:
+    """For a rotary encoder class: (offset rows of the position table are the tables of
+    ``positions=None``, integer position ids index the position table), decided once per class.
+    The first holds if the class keeps our default positions (``offset + arange(seq)``) and
+    batch shape, or the class defining its default positions declares
+    ``_offset_rows_are_positions``; the second only if the default positions are ours."""
+    use = _TABLE_USE.get(cls)
+    if use is None:
+        owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
+        ours = owner is RotaryEncoder and (
+            cls._position_batch_shape is RotaryEncoder._position_batch_shape)  # type: ignore[attr-defined]
+        use = (ours or bool(owner.__dict__.get("_offset_rows_are_positions", False)), ours)
+        _TABLE_USE[cls] = use
+    return use
 
 
 def _broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
