@@ -611,7 +611,7 @@ class RotaryEncoder(Encoder):
         position alone gives (the angles are elementwise), so rows taken from it equal a fresh
         computation: decoding then costs a slice instead of trigonometry."""
         tables = self._cache.setdefault("positions", {})
-        key = (str(ctx.device), cdt)
+        key = (_device_key(ctx.device), cdt)
         have = tables.get(key)
         if have is not None and 0 < end <= have[0].shape[-2]:  # the decode step's path
             return have  # type: ignore[no-any-return]
@@ -661,6 +661,16 @@ class RotaryEncoder(Encoder):
             size *= int(n)
         if size == 0:
             return None
+        if size == 1 and not ctx.backend.is_tracing(pos):  # one decode position: a slice
+            one = xp.reshape(pos, ())
+            if ctx.backend.is_tracing(one):  # staged by an enclosing trace
+                return None
+            p = int(one)
+            rows = self._table_rows(p, 1, ctx=ctx, cdt=cdt) if p >= 0 else None
+            if rows is None or len(shape) == 1:
+                return rows
+            return xp.reshape(rows[0], (*shape, rows[0].shape[-1])), xp.reshape(
+                rows[1], (*shape, rows[1].shape[-1]))
         bounds = ctx.backend.int_bounds(pos)
         if bounds is None:  # staged by an enclosing trace: values unknown
             return None
@@ -731,6 +741,15 @@ class RotaryEncoder(Encoder):
                 return out
         return apply_rotation(x, cos, sin, rotary_dim=rd, interleaved=interleaved, cdt=cdt,
                               xp=ctx.xp)
+
+
+def _device_key(device: Any) -> Any:
+    """A dict key for a device: itself if hashable (torch, JAX), else its string."""
+    try:
+        hash(device)
+    except TypeError:
+        return str(device)
+    return device
 
 
 _TABLE_USE: dict[type, tuple[bool, bool]] = {}
