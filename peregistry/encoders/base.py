@@ -427,10 +427,10 @@ class RotaryEncoder(Encoder):
     _TABLE_CACHE_SIZE: ClassVar[int] = 16
     #: Bytes the cos and sin position tables together may take (per device and dtype).
     _POSITION_TABLE_BYTES: ClassVar[int] = 32 << 20
-    #: Whether the tables of ``positions=None, offset=o`` are rows ``o..o+seq-1`` (sequence axis
-    #: -2) of the tables of ``0..n-1``, so that the position table may serve them. True when a
-    #: subclass keeps the default positions (``offset + arange(seq)``); a subclass that changes
-    #: them may declare it (M-RoPE does: its text positions are one position per token).
+    #: Declared (in its own body) by a subclass that overrides :meth:`_default_positions` when
+    #: the tables of ``positions=None, offset=o`` are still rows ``o..o+seq-1`` of the tables of
+    #: ``0..n-1``, so that the position table may serve them (M-RoPE: its text positions are one
+    #: position per token). Classes keeping ours need not; see :func:`_table_use`.
     _offset_rows_are_positions: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
@@ -661,7 +661,7 @@ class RotaryEncoder(Encoder):
             size *= int(n)
         if size == 0:
             return None
-        if size == 1 and not ctx.backend.is_tracing(pos):  # one decode position: a slice
+        if size == 1:  # one decode position: a slice
             one = xp.reshape(pos, ())
             if ctx.backend.is_tracing(one):  # staged by an enclosing trace
                 return None
