@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     print(f"{clock(t0)} running {len(envs)} tox envs, {parallel} at a time: {', '.join(names)}; "
           f"logs in {LOGS}/", flush=True)
-    waiting, running, done = list(envs), [], []
+    waiting: list[Env] = list(envs)
+    running: list[Env] = []
     last_tick = time.monotonic()
     while waiting or running:
         while waiting and len(running) < parallel:
@@ -125,7 +126,6 @@ def main(argv: list[str]) -> int:
             env.end, env.status = time.monotonic(), rc
             env.counts = count(env)
             running.remove(env)
-            done.append(env)
             mark = "✔" if rc == 0 else "✘"
             print(f"{clock(t0)} {mark} {env.name} {'ok' if rc == 0 else f'FAILED (exit {rc})'} "
                   f"in {env.end - env.start:.0f} s: {describe(env)}", flush=True)
