@@ -128,14 +128,18 @@ def pinned_matplotlib() -> str | None:
     return None
 
 
+def _show(path: Path) -> str:
+    """``path`` relative to the repository when it is inside."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
 def _redraw_hint() -> str:
     python = Path(sys.executable)
     if python.is_relative_to(Path.cwd()):
         python = python.relative_to(Path.cwd())
     pin = pinned_matplotlib()
     with_pin = f" with matplotlib=={pin} (what tox's docs env pins)" if pin else ""
-    return (f"redraw with `{python} {Path(__file__).resolve().relative_to(ROOT)}`{with_pin} "
-            f"and commit {IMAGES_DIR.relative_to(ROOT)}/")
+    return f"redraw with `{python} {_show(Path(__file__).resolve())}`{with_pin} and commit {_show(IMAGES_DIR)}/"
 
 
 def check(images_dir: Path = IMAGES_DIR, images: list[DocImage] = IMAGES) -> list[str]:
@@ -146,13 +150,13 @@ def check(images_dir: Path = IMAGES_DIR, images: list[DocImage] = IMAGES) -> lis
         for drawn in draw(Path(tmp), images):
             tracked = images_dir / drawn.name
             if not tracked.is_file():
-                problems.append(f"{tracked.relative_to(ROOT)}: missing")
+                problems.append(f"{_show(tracked)}: missing")
             elif (why := _difference(tracked, drawn)) is not None:
-                problems.append(f"{tracked.relative_to(ROOT)}: stale, {why}")
+                problems.append(f"{_show(tracked)}: stale, {why}")
     names = {image.file for image in images}
     for extra in sorted(images_dir.glob("*.png")):
         if extra.name not in names:
-            problems.append(f"{extra.relative_to(ROOT)}: not drawn by docs/draw_images.py "
+            problems.append(f"{_show(extra)}: not drawn by docs/draw_images.py "
                             "(add it to IMAGES or delete it)")
     return problems
 
@@ -169,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print(_redraw_hint(), file=sys.stderr)
             return 1
-        print(f"{len(IMAGES)} images in {IMAGES_DIR.relative_to(ROOT)}/ are current")
+        print(f"{len(IMAGES)} images in {_show(IMAGES_DIR)}/ are current")
         return 0
     import matplotlib
 
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: matplotlib {matplotlib.__version__}, but tox's docs env pins {pin} and "
               "checks the images with it: other versions may draw other pixels", file=sys.stderr)
     for path in draw(IMAGES_DIR):
-        print(f"wrote {path.relative_to(ROOT)}")
+        print(f"wrote {_show(path)}")
     return 0
 
 

@@ -236,3 +236,26 @@ def test_checker_finds_what_breaks_a_page(tmp_path: Path, monkeypatch: pytest.Mo
     assert problems == ["images/missing.png does not exist", "other.md has no heading with the anchor #nope"]
     with pytest.raises(AssertionError, match="render as plain text"):
         test_tables_have_a_header_and_delimiter_row(page)
+
+
+def test_draw_images_check_names_stale_missing_and_extra_images(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (the docs extra)")
+    import numpy as np
+    from PIL import Image
+
+    draw_images = _draw_images_module()
+    images = [image for image in draw_images.IMAGES if image.file == "rotary_angles.png"]
+    (path,) = draw_images.draw(tmp_path, images)
+    assert draw_images.check(tmp_path, images) == []              # a redraw gives the same pixels
+    with Image.open(path) as im:
+        pixels = np.array(im.convert("RGBA"))
+    pixels[0, 0] = 255 - pixels[0, 0]
+    Image.fromarray(pixels).save(path)
+    (tmp_path / "old.png").write_bytes(b"")
+    problems = draw_images.check(tmp_path, images)
+    assert problems[0].endswith(f"/rotary_angles.png: stale, 1 of {pixels.shape[0] * pixels.shape[1]} pixels "
+                                "differ from what the code draws"), problems
+    assert problems[1].endswith("/old.png: not drawn by docs/draw_images.py (add it to IMAGES or delete it)")
+    assert len(problems) == 2, problems
+    path.unlink()
+    assert draw_images.check(tmp_path, images)[0].endswith("/rotary_angles.png: missing")
