@@ -624,3 +624,19 @@ def test_deprecated_param_methods() -> None:
     with pytest.raises(TypeError, match="Param kind must be one of float, int, bool, floats"), \
             pytest.warns(DeprecationWarning, match="Param is deprecated"):
         Param("str")
+
+
+def test_option_tuple_of_floats() -> None:
+    option = per.Option(tuple, item=float)
+    option.__set_name__(object, "v")
+    assert option.allowed == "a sequence of real numbers" and option.item is float
+    assert option.convert("o", [1, 2.5, np.float32(3)]) == (1.0, 2.5, 3.0)
+    assert per.Option(tuple).item is int and per.Option(tuple).allowed == "a sequence of integers"
+    with pytest.raises(TypeError, match=r"o: option 'v' must be a sequence of real numbers, got "
+                                        r"\['1'\] of type list"):
+        option.convert("o", ["1"])
+    with pytest.raises(ValueError, match=r"option 'v' must be a sequence of real numbers, got "
+                                         r"\(nan,\)"):
+        option.convert("o", (math.nan,))
+    with pytest.raises(TypeError, match="Option item .* must be int or float"):
+        per.Option(tuple, item=str)
