@@ -153,6 +153,16 @@ class Option:
             f"got {value!r} of type {_type_name(value)}"
         )
 
+    def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
+        if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            raise self._wrong_type(owner, value)
+        out = tuple(float(v) for v in value)
+        if not all(math.isfinite(v) for v in out):
+            raise ValueError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+            )
+        return out
+
     def _convert_type(self, owner: str, value: Any) -> Any:
         t = self.type
         if t is bool:
@@ -193,16 +203,6 @@ class Option:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise self._wrong_type(owner, value)
         return freeze(value)
-
-    def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
-        if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
-            raise self._wrong_type(owner, value)
-        out = tuple(float(v) for v in value)
-        if not all(math.isfinite(v) for v in out):
-            raise ValueError(
-                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
-            )
-        return out
 
 
 class _FrozenDict(tuple):  # type: ignore[type-arg]
