@@ -390,6 +390,10 @@ def test_builtin_parameters_are_named_options() -> None:
     assert types_["longrope"].parameters["short_factor"].item is float
     assert scalings.describe_parameters(types_["linear"]) == "factor (required, a number >= 1)"
     assert scalings.describe_parameters(types_["default"]) == "none"
+    factor, orig = scalings.factor_option(), scalings.context_option()
+    assert factor.type is float and factor.allowed == "a number >= 1" and factor.required
+    assert not factor.check(0.99) and factor.check(1.0)
+    assert orig.type is int and orig.allowed == "a positive integer" and not orig.check(0)
 
 
 def _hf_keys(config: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[set[str], set[str]]:
