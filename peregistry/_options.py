@@ -282,7 +282,7 @@ def _parse_number(kind: type) -> Callable[[str], Any]:
 
 
 def _parse_ints(word: str) -> tuple[int, ...]:
-    inner = word.strip("()[] ")
+    inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
     if not inner:
         return ()
     try:
