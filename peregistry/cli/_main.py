@@ -22,7 +22,8 @@ def build_parser(encoder_class: type[Encoder] | None = None, *,
     """The parser; with ``encoder_class``, the encoder commands also get its option flags.
 
     The ``first_pass`` parser only finds the command and the encoder NAME: its commands' ``--help``
-    is a plain flag, so the help can wait until the encoder's flags are added."""
+    is a plain flag and no flag is required, so the help can wait until the encoder's flags are
+    added."""
     from .. import __version__
 
     parser = Parser(
@@ -43,6 +44,9 @@ def build_parser(encoder_class: type[Encoder] | None = None, *,
         if first_pass:
             p.add_argument("-h", "--help", action="store_true", dest="help")
         command.add_arguments(p)
+        if first_pass:  # a missing required flag is the second pass's error to report
+            for action in p._actions:
+                action.required = action.required and not action.option_strings
         if command.encoder and encoder_class is not None:
             add_encoder_flags(p, encoder_class)
     return parser
