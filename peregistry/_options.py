@@ -168,7 +168,7 @@ class Option:
     @property
     def syntax(self) -> str:
         """How a value is written on a command line: ``int``, ``ints 1,2,3``, ``JSON object``..."""
-        return _TYPE_SYNTAX[self.type]
+        return "numbers 1.0,0.5" if self.type is tuple and self.item is float else _TYPE_SYNTAX[self.type]
 
     def example_value(self) -> Any:
         """A value this option accepts, for filling it when the user gives none: its
@@ -197,7 +197,7 @@ class Option:
         word = text.strip()
         if self.nullable and word.lower() in _NONE_WORDS:
             return None
-        parse = _PARSERS.get(self.type)
+        parse = _parse_floats if self.type is tuple and self.item is float else _PARSERS.get(self.type)
         if parse is None:  # str
             return text
         try:
@@ -303,14 +303,17 @@ def _parse_number(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-def _parse_ints(word: str) -> tuple[int, ...]:
-    inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
-    if not inner:
-        return ()
-    try:
-        return tuple(int(p) for p in inner.split(","))
-    except ValueError:
-        raise ValueError("write integers separated by commas, e.g. 1,2,3") from None
+def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]]:
+    def parse(word: str) -> tuple[Any, ...]:
+        inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
+        if not inner:
+            return ()
+        try:
+            return tuple(item(p) for p in inner.split(","))
+        except ValueError:
+            raise ValueError(f"write {example}") from None
+
+    return parse
 
 
 def _parse_json_object(word: str) -> Any:
@@ -328,9 +331,11 @@ _PARSERS: dict[type, Callable[[str], Any]] = {
     bool: _parse_bool,
     int: _parse_number(int),
     float: _parse_number(float),
-    tuple: _parse_ints,
+    tuple: _parse_sequence(int, "integers separated by commas, e.g. 1,2,3"),
     dict: _parse_json_object,
 }
+#: ``Option(tuple, item=float)``: numbers separated by commas.
+_parse_floats = _parse_sequence(float, "numbers separated by commas, e.g. 1.0,0.5")
 
 
 class _FrozenDict(tuple):  # type: ignore[type-arg]

@@ -172,6 +172,16 @@ def test_parse_errors_name_option_text_and_allowed(option: str, text: str, patte
         Toy._option_specs[option].parse("toy", text)
 
 
+def test_parse_float_sequence() -> None:
+    spec = per.Option(tuple, item=float)
+    spec.name = "short_factor"
+    assert spec.parse("x", "1,0.5,2e1") == (1.0, 0.5, 20.0)
+    assert spec.syntax == "numbers 1.0,0.5"
+    with pytest.raises(ValueError, match=r"option 'short_factor' must be a sequence of real "
+                                         r"numbers, got '1,a' \(write numbers separated by commas"):
+        spec.parse("x", "1,a")
+
+
 def test_parsed_text_is_checked_by_convert_as_any_value() -> None:
     spec = Toy._option_specs["dim"]
     with pytest.raises(ValueError, match=r"option 'dim' must be a positive integer, got 0"):
