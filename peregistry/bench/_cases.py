@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ._hand import (
@@ -51,19 +52,20 @@ class Bench:
 
     backend: Backend
 
-    @property
+    # cached: the hand-written code reads ``xp`` on every call, as a module attribute
+    @cached_property
     def xp(self) -> Any:
         return self.backend.native()
 
-    @property
+    @cached_property
     def float32(self) -> Any:
         return self.backend.float_dtypes()["float32"]
 
-    @property
+    @cached_property
     def default_float(self) -> Any:
         return self.backend.default_float_dtype()
 
-    @property
+    @cached_property
     def index_dtype(self) -> Any:
         """The framework's default integer dtype (int32 on JAX without x64)."""
         return self.xp.arange(1).dtype
