@@ -203,6 +203,29 @@ class Encoder:
 
         return np.asarray(rng.integers(0, 1024, size=shape), dtype=np.int64)
 
+    @classmethod
+    def example_options(cls) -> dict[str, Any]:
+        """Options that build a small, typical instance: what ``peregistry check`` and
+        ``peregistry plot`` give the required options the user leaves out.
+
+        The default takes each required option's :meth:`Option.example_value` (its declared
+        ``example``, else a generic value of its type) and leaves out an option that has none
+        (the caller reports it). Override it when required options depend on each other.
+        """
+        from .._options import NO_EXAMPLE
+
+        examples = {key: spec.example_value() for key, spec in cls._option_specs.items()
+                    if spec.required}
+        return {key: value for key, value in examples.items() if value is not NO_EXAMPLE}
+
+    def sequence_positions(self, n: int) -> Any:
+        """The first ``n`` positions of a sequence, in order, as a NumPy array (``peregistry
+        plot`` draws the encoder along them): ``arange(n)``; encoders with bounded tables or
+        positions of another shape override it."""
+        import numpy as np
+
+        return np.arange(n, dtype=np.int64)
+
     # -- learned parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the learned parameters (empty for fixed encoders)."""
