@@ -110,6 +110,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
+from ._services import current_services
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -528,25 +530,24 @@ def _row(segments: Sequence[Segment], s: _Settings, offset: int) -> tuple[np.nda
 # -- output ----------------------------------------------------------------------------------------
 def _target(owner: str, xp: Any, like: Any, device: Any) -> tuple[Backend, Any]:
     """The backend and device of the output: ``like``'s, or ``xp``'s, or NumPy's."""
-    from .registry import default_registry
-
+    registry = current_services()
     backend = None
     if like is not None:
-        backend = default_registry.backend_of(like)
+        backend = registry.backend_of(like)
         if backend is None:
             raise TypeError(f"{owner}: like must be an array of a registered backend "
-                            f"({', '.join(b.name for b in default_registry.backends())}), got "
+                            f"({', '.join(b.name for b in registry.backends())}), got "
                             f"{type(like).__module__}.{type(like).__qualname__}")
         if device is None:
             device = backend.device(like)
     if xp is not None:
-        from_xp = default_registry.backend_of_namespace(xp)
+        from_xp = registry.backend_of_namespace(xp)
         if backend is not None and from_xp is not backend:
             raise TypeError(f"{owner}: xp={getattr(xp, '__name__', xp)!r} ({from_xp.name}) and "
                             f"like (a {backend.name} array) disagree; give one of them")
         backend = from_xp
     if backend is None:
-        backend = default_registry.backend("numpy")
+        backend = registry.backend("numpy")
     return backend, device
 
 
@@ -708,9 +709,8 @@ def batch_position_ids(
         if padding_side != "right":
             raise ValueError(f"{owner}: padding_side={padding_side!r} has no meaning with an "
                              f"attention_mask (the mask says where the padding is); leave it")
-        from .registry import default_registry
-
-        mask_backend = default_registry.backend_of(attention_mask)
+        registry = current_services()
+        mask_backend = registry.backend_of(attention_mask)
         if mask_backend is not None:
             if like is None and xp is None:
                 like = attention_mask
