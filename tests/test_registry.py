@@ -363,6 +363,10 @@ def test_pickled_encoders_keep_name_and_options_not_the_registry() -> None:
     back = pickle.loads(pickle.dumps(enc))
     assert back == enc and hash(back) == hash(enc)
     assert back.services is default_registry
+    import copy
+
+    for dup in (copy.copy(enc), copy.deepcopy(enc)):
+        assert dup == enc and dup is not enc and dup.services is reg
     assert type(enc)(dim=8).services is default_registry  # built outside any registry
 
 

@@ -211,6 +211,12 @@ class Encoder:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_construct, (type(self), self.options))
 
+    def __copy__(self) -> Encoder:
+        return self.replace()  # a new equal encoder, served by the same registry
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
+        return self.replace()
+
     # -- conformance-suite support -------------------------------------------------------------
     def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
         """Typical valid positions of ``shape`` as a NumPy array, for the conformance suite.
