@@ -32,14 +32,10 @@ import pluggy
 
 import peregistry._hooks as _hooks
 
-from ._loading import (
-    ENTRY_POINT_GROUP,
-    ENV_DISABLE_AUTOLOAD,
-    ENV_DISABLED_PLUGINS,
-    ENV_LOAD_PLUGINS,
-    collect,
-    load_entry_points,
-)
+from ._loading import ENTRY_POINT_GROUP, collect, load_entry_points
+from ._loading import ENV_DISABLE_AUTOLOAD as ENV_DISABLE_AUTOLOAD
+from ._loading import ENV_DISABLED_PLUGINS as ENV_DISABLED_PLUGINS
+from ._loading import ENV_LOAD_PLUGINS as ENV_LOAD_PLUGINS
 from ._records import (
     EncoderInfo,
     PluginInfo,
@@ -57,9 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "ENV_DISABLED_PLUGINS",
-    "ENV_DISABLE_AUTOLOAD",
-    "ENV_LOAD_PLUGINS",
     "EncoderInfo",
     "PluginInfo",
     "Registry",
@@ -69,7 +62,10 @@ __all__ = [
 
 class Registry:
     """A registry of plugins. :data:`default_registry` serves the module-level functions; tests
-    may build their own, isolated from the environment's plugins with ``entry_points=False``."""
+    may build their own, isolated from the environment's plugins with ``entry_points=False``.
+
+    A registry is also the :class:`~peregistry._services.Services` of the encoders it builds:
+    they look backends, rope scaling types and other encoders up in it, never in another."""
 
     def __init__(self, *, entry_points: bool = True) -> None:
         self._use_entry_points = entry_points
