@@ -49,6 +49,9 @@ _TYPE_WORDS: dict[Any, str] = {
     tuple: "a sequence of integers",
 }
 
+#: The entries a ``tuple`` option may hold (``Option(tuple, item=float)``).
+_ITEM_WORDS: dict[Any, str] = {int: "a sequence of integers", float: "a sequence of real numbers"}
+
 
 def _type_name(value: object) -> str:
     return type(value).__name__
@@ -59,6 +62,8 @@ class Option:
 
     :param type: ``int``, ``float``, ``str``, ``bool``, ``dict`` (a mapping of str keys, stored
         frozen) or ``tuple`` (a sequence of integers, stored as a tuple).
+    :param item: for ``tuple`` options, the type of the entries: ``int`` (the default) or
+        ``float`` (finite real numbers, stored as floats; e.g. LongRoPE's ``short_factor``).
     :param default: the default value; omit it for a required option.
     :param allowed: the phrase that describes allowed values in error messages
         ("a positive even integer").
@@ -70,8 +75,8 @@ class Option:
         user gives none; it must be valid together with the other options' examples).
     """
 
-    __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "name", "nullable",
-                 "type")
+    __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "item", "name",
+                 "nullable", "type")
 
     def __init__(
         self,
@@ -84,15 +89,20 @@ class Option:
         nullable: bool = False,
         doc: str = "",
         example: Any = None,
+        item: type = int,
     ) -> None:
         if type not in _TYPE_WORDS:
             raise TypeError(f"Option type must be one of {sorted(t.__name__ for t in _TYPE_WORDS)}")
+        if item not in _ITEM_WORDS:
+            raise TypeError("Option item (the type of a tuple's entries) must be int or float")
         self.type = type
+        self.item = item
         self.default = default
         self.choices = tuple(choices) if choices is not None else None
         self.allowed = allowed or (
             "one of " + ", ".join(repr(c) for c in self.choices)
             if self.choices is not None
+            else _ITEM_WORDS[item] if type is tuple
             else _TYPE_WORDS[type]
         )
         self.check = check
@@ -143,6 +153,16 @@ class Option:
             f"got {value!r} of type {_type_name(value)}"
         )
 
+    def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
+        if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            raise self._wrong_type(owner, value)
+        out = tuple(float(v) for v in value)
+        if not all(math.isfinite(v) for v in out):
+            raise ValueError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+            )
+        return out
+
     def _convert_type(self, owner: str, value: Any) -> Any:
         t = self.type
         if t is bool:
@@ -173,6 +193,8 @@ class Option:
         if t is tuple:
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
                 raise self._wrong_type(owner, value)
+            if self.item is float:
+                return self._float_tuple(owner, value)
             try:
                 return tuple(operator.index(v) for v in value)
             except TypeError:
