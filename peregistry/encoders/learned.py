@@ -36,15 +36,10 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import Option
-from ._pairs import (
-    LearnedParams,
-    check_index_range,
-    check_param_arrays,
-    index_dtype,
-    linear_resize,
-    nan_where,
-)
 from .base import AbsoluteEncoder, Ctx, resolve_dtype
+from .learned_params import LearnedParams, check_param_arrays
+from .pairs import index_dtype
+from .tables import check_index_range, linear_resize, nan_where
 
 __all__ = ["Learned", "Learned2D"]
 

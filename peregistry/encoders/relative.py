@@ -34,8 +34,9 @@ from typing import Any
 from .._hooks import hookimpl
 from .._options import Option
 from ._angles import Frequencies, cos_sin
-from ._pairs import LearnedParams, compute_dtype, distance, gather, index_dtype
 from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
+from .learned_params import LearnedParams
+from .pairs import compute_dtype, distance, gather, index_dtype
 from .sinusoidal import sinusoidal_frequencies
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
