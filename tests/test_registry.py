@@ -380,8 +380,6 @@ class _Stretch:
         return theta ** (-i / rotary_dim) / 2.0
 
 
-@pytest.mark.xfail(strict=True, reason="needs the change in rope/scalings/base.py: "
-                                       "registered_scalings() returns current_services().scalings()")
 def test_scaling_types_are_looked_up_in_the_building_registry() -> None:
     class Scalings:
         @per.hookimpl

@@ -215,12 +215,11 @@ def as_scaling(obj: Any) -> RopeScaling:
 
 
 def registered_scalings() -> Mapping[str, Any]:
-    """Every scaling type by name, from the plugins (the ``peregistry_rope_scalings`` hook).
+    """Every scaling type by name, from the plugins (the ``peregistry_rope_scalings`` hook) of
+    the registry building the encoder (see :mod:`peregistry._services`)."""
+    from ..._services import current_services
 
-    The one place the scalings reach into the global registry."""
-    from ...registry import default_registry
-
-    return default_registry.scalings()
+    return current_services().scalings()
 
 
 def resolve_scaling(owner: str, scaling: Mapping[str, Any] | None, *, rotary_dim: int,
