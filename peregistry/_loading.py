@@ -31,6 +31,9 @@ ENV_DISABLE_AUTOLOAD = "PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD"
 ENV_LOAD_PLUGINS = "PEREGISTRY_LOAD_PLUGINS"
 ENV_DISABLED_PLUGINS = "PEREGISTRY_DISABLED_PLUGINS"
 _TRUE = {"1", "true", "yes", "on"}
+#: What a plugin's code may raise without taking the registry down: any error, and
+#: ``SystemExit`` (a plugin calling ``sys.exit``), but never ``KeyboardInterrupt``.
+_ISOLATED = (Exception, SystemExit)
 
 
 def _env_list(name: str) -> set[str] | None:
@@ -54,6 +57,17 @@ def _disabled_reason(norm: str, builtin: bool) -> str | None:
     return None
 
 
+def _exit_call(exc: SystemExit) -> str:
+    return f"sys.exit({exc.code!r})" if exc.code is not None else "sys.exit()"
+
+
+def _raised(what: str, exc: BaseException) -> str:
+    """``what raised TypeError: ...``, or ``what called sys.exit(3)``."""
+    if isinstance(exc, SystemExit):
+        return f"{what} called {_exit_call(exc)}"
+    return f"{what} raised {describe(exc)}"
+
+
 def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
     """Import and register every plugin of the entry point group; record each in ``plugins``
     (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch)."""
@@ -75,9 +89,11 @@ def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) 
             continue
         try:
             plugin = ep.load()
-        except Exception as exc:
-            plugins[name] = PluginInfo(name, dist, version, "error",
-                                       f'error importing plugin "{ep.value}": {describe(exc)}')
+        except _ISOLATED as exc:
+            why = (f'plugin "{ep.value}" called {_exit_call(exc)} while importing'
+                   if isinstance(exc, SystemExit) else
+                   f'error importing plugin "{ep.value}": {describe(exc)}')
+            plugins[name] = PluginInfo(name, dist, version, "error", why)
             continue
         register_plugin(pm, plugin, PluginInfo(name, dist, version), plugins)
 
@@ -87,7 +103,7 @@ def register_plugin(pm: pluggy.PluginManager, plugin: object, info: PluginInfo,
     """Register ``plugin`` under ``info.name``; a refusal is recorded as the plugin's error."""
     try:
         pm.register(plugin, name=info.name)
-    except Exception as exc:
+    except _ISOLATED as exc:
         plugins[info.name] = PluginInfo(info.name, info.distribution, info.version, "error",
                                         f"cannot register plugin: {describe(exc)}")
         return
@@ -108,17 +124,28 @@ def _call_each(
             continue
         try:
             result = impl.function()
-        except Exception as exc:
-            plugins[info.name] = failed(info, f"hook {hook}() raised {describe(exc)}")
+        except _ISOLATED as exc:
+            plugins[info.name] = failed(info, _raised(f"hook {hook}()", exc))
             continue
         if result is None:
             continue
         if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
             plugins[info.name] = failed(info, f"hook {hook}() returned {result!r}; expected a list")
             continue
+        # Iterating runs plugin code too (a generator hook, a lazy sequence), so it is
+        # wrapped like the call, and a hook that raises part-way provides nothing, like one
+        # that raises at once: what it yielded before is not known to be all it meant.
+        try:
+            items = list(result)
+        except _ISOLATED as exc:
+            plugins[info.name] = failed(info, _raised(f"hook {hook}()", exc))
+            continue
         problems = []
-        for item in result:
-            why = accept(item)
+        for item in items:
+            try:
+                why = accept(item)
+            except _ISOLATED as exc:
+                why = _raised("an item whose check", exc)
             if why is None:
                 yield item, info
             else:

@@ -99,6 +99,8 @@ def failed(info: PluginInfo, why: str) -> PluginInfo:
 
 
 def conflict_message(what: str, name: str, claimants: list[PluginInfo]) -> str:
-    who = " and ".join(p.label for p in claimants)
+    # Built-ins first, then by label: the message does not depend on the order of sys.path.
+    ordered = sorted(claimants, key=lambda p: (not is_builtin(p), p.label))
+    who = " and ".join(p.label for p in ordered)
     return (f"{what} name {name!r} is claimed by several plugins: {who}. Uninstall or disable one "
             f"(PEREGISTRY_DISABLED_PLUGINS=<distribution>)")

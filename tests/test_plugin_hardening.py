@@ -1,0 +1,154 @@
+"""Hostile and careless plugins, as real installed distributions (the ``make_dist`` fixture):
+a hook written as a generator that raises part-way, a module calling ``sys.exit`` at import or in
+a hook, encoder names that would forge rows of ``peregistry list`` or hide from the command
+line, and plugin strings with newlines. Each is isolated: the plugin is shown broken with its
+error, every other encoder keeps working.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import peregistry as per
+from peregistry.registry import Registry
+
+SWITCHES = ("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "PEREGISTRY_LOAD_PLUGINS",
+            "PEREGISTRY_DISABLED_PLUGINS")
+
+ENCODER_CLASS = """
+import peregistry as per
+
+def make(name):
+    class Enc(per.AbsoluteEncoder):
+        \"\"\"A test encoder.\"\"\"
+        dim = per.Option(int)
+
+        def _encode(self, positions, *, params, ctx):
+            return ctx.xp.zeros((*positions.shape, self.dim), dtype=ctx.wide)
+
+    Enc.name = name
+    return Enc
+"""
+
+GOOD = ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    return [make("still-good")]
+"""
+
+
+def run_fresh(site: Path, *args: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` in a fresh process that sees the distributions in ``site``."""
+    base = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    base["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False,
+                          env={**base, **(env or {})}, timeout=300)
+
+
+# -- item 10: a generator hook that raises part-way ----------------------------------------------
+GENERATOR = ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    yield make("gen-first")
+    raise RuntimeError("generator broke half-way")
+    yield make("gen-second")
+"""
+
+
+def test_generator_hook_raising_part_way_is_isolated(make_dist: Any) -> None:
+    make_dist("pe-generator", {"pe_generator": GENERATOR}, {"gen": "pe_generator"}, version="0.2")
+    make_dist("pe-good", {"pe_good": GOOD}, {"good": "pe_good"})
+    reg = Registry()
+    rows = reg.list_encoders()  # no longer raises
+    bad = [r for r in rows if r.plugin.distribution == "pe-generator"]
+    assert len(bad) == 1 and bad[0].status == "error" and bad[0].name is None
+    assert bad[0].error == ("hook peregistry_encoders() raised RuntimeError: "
+                            "generator broke half-way")
+    assert reg.get_encoder("still-good", dim=2).name == "still-good"
+    assert reg.get_encoder("sinusoidal", dim=4).name == "sinusoidal"
+    for name in ("gen-first", "gen-second"):  # a hook that raised provides nothing
+        with pytest.raises(per.EncoderNotFoundError) as info:
+            reg.get_encoder(name, dim=2)
+        assert "pe-generator 0.2: hook peregistry_encoders() raised RuntimeError: generator " \
+               "broke half-way" in str(info.value)
+
+
+# -- item 11: sys.exit at import and in a hook ---------------------------------------------------
+EXITS_AT_IMPORT = "import sys\nsys.exit(3)\n"
+
+EXITS_IN_HOOK = ENCODER_CLASS + """
+import sys
+
+@per.hookimpl
+def peregistry_encoders():
+    sys.exit("no encoders today")
+"""
+
+
+@pytest.fixture
+def exiting_site(make_dist: Any) -> Path:
+    make_dist("pe-exit-import", {"pe_exit_import": EXITS_AT_IMPORT}, {"exit": "pe_exit_import"})
+    make_dist("pe-exit-hook", {"pe_exit_hook": EXITS_IN_HOOK}, {"exit-hook": "pe_exit_hook"})
+    info = make_dist("pe-good", {"pe_good": GOOD}, {"good": "pe_good"})
+    return info.parent
+
+
+def test_sys_exit_at_import_or_in_a_hook_is_isolated_in_process(exiting_site: Path) -> None:
+    reg = Registry()
+    rows = {r.plugin.distribution: r for r in reg.list_encoders() if r.name is None}
+    assert rows["pe-exit-import"].status == "error"
+    assert rows["pe-exit-import"].error == \
+        'plugin "pe_exit_import" called sys.exit(3) while importing'
+    assert rows["pe-exit-hook"].error == \
+        "hook peregistry_encoders() called sys.exit('no encoders today')"
+    assert reg.get_encoder("still-good", dim=2).name == "still-good"
+
+
+def test_sys_exit_at_import_does_not_kill_the_cli_or_list_encoders(exiting_site: Path) -> None:
+    out = run_fresh(exiting_site, "-m", "peregistry", "list")
+    assert out.returncode == 0, out.stderr
+    assert 'plugin "pe_exit_import" called sys.exit(3) while importing' in out.stdout
+    assert "called sys.exit('no encoders today')" in out.stdout
+    assert "still-good" in out.stdout and "sinusoidal" in out.stdout
+    out = run_fresh(exiting_site, "-c", textwrap.dedent("""
+        import peregistry as per
+        rows = per.list_encoders()
+        print(sorted(r.plugin.distribution for r in rows if r.status == "error"))
+        print(per.get_encoder("still-good", dim=2).name)
+        try:
+            per.get_encoder("exit-encoder")
+        except per.EncoderNotFoundError as exc:
+            print(exc)
+    """))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['pe-exit-hook', 'pe-exit-import']"
+    assert lines[1] == "still-good"
+    assert "pe-exit-import 1.0: plugin \"pe_exit_import\" called sys.exit(3) while importing" \
+        in lines[2]
+
+
+def test_keyboard_interrupt_in_a_plugin_is_not_swallowed(make_dist: Any) -> None:
+    make_dist("pe-interrupt", {"pe_interrupt": "raise KeyboardInterrupt\n"},
+              {"interrupt": "pe_interrupt"})
+    with pytest.raises(KeyboardInterrupt):
+        Registry().list_encoders()
+
+
+def test_a_conflict_names_the_builtin_first_whatever_the_order_of_sys_path(make_dist: Any) -> None:
+    make_dist("aaa-pe", {"aaa_pe": ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    return [make("sinusoidal")]
+"""}, {"aaa": "aaa_pe"})  # on sys.path before the built-ins
+    with pytest.raises(per.PluginConflictError,
+                       match=f"peregistry {per.__version__} and aaa-pe 1.0"):
+        Registry().get_encoder("sinusoidal", dim=4)
