@@ -162,7 +162,13 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
 
     snap = Snapshot()
     plugins = dict(known)
-    for cls, info in _call_each(pm, "peregistry_encoders", plugins, check_encoder_class):
+    def check_encoder(obj: Any) -> str | None:
+        why = check_encoder_class(obj)
+        if why is None and (bad_name := name_problem(obj.name)) is not None:
+            why = f"{obj.__qualname__}, whose {bad_name}"
+        return why
+
+    for cls, info in _call_each(pm, "peregistry_encoders", plugins, check_encoder):
         snap.encoders.setdefault(cls.name, []).append(Entry(cls, info))
     for backend, info in _call_each(pm, "peregistry_backends", plugins, _check_backend):
         snap.backends.setdefault(backend.name, []).append((backend, info))
@@ -175,6 +181,19 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
             e.plugin = plugins[e.plugin.name]
     snap.plugins = plugins
     return snap
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an encoder, or None: a name is a non-empty, printable string
+    without whitespace that does not start with ``-``, so that it is one word of a
+    ``peregistry list`` row and reachable as a command-line argument."""
+    if name.startswith("-"):
+        why = "starts with '-' (the command line would read it as a flag)"
+    elif not name.isprintable() or any(c.isspace() for c in name):
+        why = "has whitespace or unprintable characters"
+    else:
+        return None
+    return f"encoder name {name!r} {why}; a name is one printable word, not starting with '-'"
 
 
 def _check_backend(obj: Any) -> str | None:

@@ -152,3 +152,85 @@ def peregistry_encoders():
     with pytest.raises(per.PluginConflictError,
                        match=f"peregistry {per.__version__} and aaa-pe 1.0"):
         Registry().get_encoder("sinusoidal", dim=4)
+
+
+# -- item 12: encoder names, and plugin strings in `peregistry list` -----------------------------
+BAD_NAMES = ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    return [make("-dash"), make("two words"), make("tab\\tname"), make("bell\\x07"),
+            make("fine-name")]
+"""
+
+FORGER = ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    return [make("x\\nforged-name  absolute  peregistry 0.1.0  ok")]
+"""
+
+FORGED_ERROR = ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    raise RuntimeError("bad\\nforged-error  absolute  peregistry 0.1.0  ok")
+"""
+
+FORGED_SUMMARY = ENCODER_CLASS + """
+enc = make("summary-forger")
+enc.summary = "first\\nforged-summary  absolute  peregistry 0.1.0  ok"
+
+@per.hookimpl
+def peregistry_encoders():
+    return [enc]
+"""
+
+
+def test_invalid_encoder_names_make_their_plugin_broken_naming_it(make_dist: Any) -> None:
+    make_dist("pe-bad-names", {"pe_bad_names": BAD_NAMES}, {"bad": "pe_bad_names"})
+    reg = Registry()
+    rows = [r for r in reg.list_encoders() if r.plugin.distribution == "pe-bad-names"]
+    assert [r.name for r in rows] == ["fine-name"]  # the valid one is kept, shown broken
+    error = rows[0].error or ""
+    assert rows[0].status == "error"
+    for shown in ("'-dash' starts with '-'", "'two words' has whitespace",
+                  r"'tab\tname' has whitespace", r"'bell\x07' has whitespace or unprintable"):
+        assert shown in error, error
+    with pytest.raises(per.EncoderNotFoundError) as info:
+        reg.get_encoder("-dash")
+    assert "pe-bad-names 1.0: hook peregistry_encoders() returned make.<locals>.Enc, whose encoder " \
+           "name '-dash' starts with '-'" in str(info.value)
+    assert reg.get_encoder("sinusoidal", dim=4).name == "sinusoidal"
+
+
+def test_in_process_plugins_get_the_same_name_check() -> None:
+    class Enc(per.AbsoluteEncoder):
+        """Test."""
+
+        name = "new\nline"
+        dim = per.Option(int)
+
+    class Plugin:
+        @per.hookimpl
+        def peregistry_encoders(self) -> Any:
+            return [Enc]
+
+    reg = Registry(entry_points=False)
+    reg.register(Plugin(), name="liner")
+    (row,) = reg.list_encoders()
+    assert row.status == "error" and row.name is None and row.plugin.name == "liner"
+    assert r"'new\nline' has whitespace" in (row.error or "")
+
+
+def test_plugin_strings_cannot_forge_rows_of_peregistry_list(make_dist: Any) -> None:
+    make_dist("pe-forger", {"pe_forger": FORGER}, {"forger": "pe_forger"})
+    make_dist("pe-forged-error", {"pe_forged_error": FORGED_ERROR}, {"ferr": "pe_forged_error"})
+    info = make_dist("pe-forged-summary", {"pe_forged_summary": FORGED_SUMMARY},
+                     {"fsum": "pe_forged_summary"})
+    out = run_fresh(info.parent, "-m", "peregistry", "list")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert not [ln for ln in lines if ln.startswith("forged")], out.stdout
+    assert r"bad\nforged-error" in out.stdout  # the error is kept, escaped onto its line
+    assert r"'x\nforged-name" in out.stdout
+    out = run_fresh(info.parent, "-m", "peregistry", "show", "summary-forger")
+    assert out.returncode == 0, out.stderr
+    assert not [ln for ln in out.stdout.splitlines() if ln.startswith("forged")], out.stdout

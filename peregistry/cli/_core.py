@@ -190,17 +190,27 @@ def backend(name: str) -> Backend:
 
 
 # -- output ---------------------------------------------------------------------------------------
+def one_line(text: object) -> str:
+    """``str(text)`` with every unprintable character (newline, tab, escape, ...) written as
+    its Python escape (``\\n``): what plugins provide can never add or recolour lines."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
 def table(head: Sequence[str], rows: Iterable[Sequence[str]],
           notes: Sequence[str | None] | None = None) -> str:
-    """A plain text table; ``notes[i]``, if any, is printed indented under row ``i``."""
-    body = [tuple(str(c) for c in r) for r in rows]
+    """A plain text table; ``notes[i]``, if any, is printed indented under row ``i``. Cells
+    and notes are made :func:`one_line`, so one row is always one line (plus its note)."""
+    body = [tuple(one_line(c) for c in r) for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
     for i, cells in enumerate(body):
         lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
         if notes is not None and notes[i]:
-            lines.append(f"    {notes[i]}")
+            lines.append(f"    {one_line(notes[i])}")
     return "\n".join(lines)
 
 

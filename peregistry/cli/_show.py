@@ -23,6 +23,7 @@ from ._core import (
     dump_json,
     flag,
     non_negative_int,
+    one_line,
     table,
 )
 
@@ -213,9 +214,9 @@ def _describe_options(cls: type[Encoder], info: EncoderInfo | None, args: argpar
         }, out)
         return 0
     plugin = f" — {info.plugin.label}" if info is not None else ""
-    out.write(f"{cls.name} ({cls.kind}){plugin}\n")
+    out.write(one_line(f"{cls.name} ({cls.kind}){plugin}") + "\n")
     if cls.summary:
-        out.write(f"{cls.summary}\n")
+        out.write(one_line(cls.summary) + "\n")
     out.write("\n")
     if not specs:
         out.write("no options\n")
