@@ -46,7 +46,7 @@ def _env_list(name: str) -> set[str] | None:
 def _disabled_reason(norm: str, builtin: bool) -> str | None:
     """Why an environment switch keeps distribution ``norm`` out, or None."""
     if norm in (_env_list(ENV_DISABLED_PLUGINS) or set()):
-        return f"disabled by {ENV_DISABLED_PLUGINS}"
+        return f"disabled by {ENV_DISABLED_PLUGINS}={os.environ[ENV_DISABLED_PLUGINS]!r}"
     if builtin:
         return None
     if os.environ.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() in _TRUE:

@@ -37,6 +37,7 @@ from ._loading import ENV_DISABLE_AUTOLOAD as ENV_DISABLE_AUTOLOAD
 from ._loading import ENV_DISABLED_PLUGINS as ENV_DISABLED_PLUGINS
 from ._loading import ENV_LOAD_PLUGINS as ENV_LOAD_PLUGINS
 from ._records import (
+    BUILTIN_DISTRIBUTION,
     EncoderInfo,
     PluginInfo,
     Snapshot,
@@ -172,6 +173,10 @@ class Registry:
         known = sorted(snap.encoders)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         msg = f"no encoder named {name!r}."
+        off = [p for p in snap.plugins.values() if is_builtin(p) and p.status == "disabled"]
+        if off:  # the likeliest cause by far: say it before any guess
+            msg += (f" The built-in encoders are switched off ({off[0].error}; remove "
+                    f"'{BUILTIN_DISTRIBUTION}' from it to get them back).")
         if close:
             msg += " Did you mean " + " or ".join(repr(c) for c in close) + "?"
         msg += " Known encoders: " + (", ".join(known) if known else "none")

@@ -234,3 +234,44 @@ def test_plugin_strings_cannot_forge_rows_of_peregistry_list(make_dist: Any) -> 
     out = run_fresh(info.parent, "-m", "peregistry", "show", "summary-forger")
     assert out.returncode == 0, out.stderr
     assert not [ln for ln in out.stdout.splitlines() if ln.startswith("forged")], out.stdout
+
+
+# -- item 13: the switch that removed the built-ins is named ---------------------------------------
+def test_disabling_the_builtins_is_named_when_one_is_asked_for(
+        make_dist: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_dist("pe-axial", {"pe_axial": ENCODER_CLASS + """
+@per.hookimpl
+def peregistry_encoders():
+    return [make("axial-rotary")]
+"""}, {"axial": "pe_axial"})
+    monkeypatch.setenv("PEREGISTRY_DISABLED_PLUGINS", "Peregistry")
+    reg = Registry()
+    with pytest.raises(per.EncoderNotFoundError) as info:
+        reg.get_encoder("rotary")
+    msg = str(info.value)
+    assert msg.startswith("no encoder named 'rotary'. The built-in encoders are switched off "
+                          "(disabled by PEREGISTRY_DISABLED_PLUGINS='Peregistry'; remove "
+                          "'peregistry' from it to get them back)."), msg
+    assert "Did you mean 'axial-rotary'?" in msg  # still offered, after the cause
+    rows = {r.plugin.name: r for r in reg.list_encoders() if r.name is None}
+    assert rows["sinusoidal"].error == "disabled by PEREGISTRY_DISABLED_PLUGINS='Peregistry'"
+
+
+def test_the_builtins_survive_the_third_party_switches(
+        make_dist: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_dist("pe-good", {"pe_good": GOOD}, {"good": "pe_good"})
+    monkeypatch.setenv("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PEREGISTRY_LOAD_PLUGINS", "pe-other")
+    reg = Registry()
+    assert reg.get_encoder("rotary", dim=8).name == "rotary"
+    with pytest.raises(per.EncoderNotFoundError) as info:
+        reg.get_encoder("still-good")
+    assert "switched off" not in str(info.value)
+
+
+def test_the_cli_names_the_switch_too(tmp_path: Path) -> None:
+    out = run_fresh(tmp_path, "-m", "peregistry", "show", "rotary",
+                    env={"PEREGISTRY_DISABLED_PLUGINS": "peregistry"})
+    assert out.returncode == 2
+    assert "The built-in encoders are switched off (disabled by " \
+           "PEREGISTRY_DISABLED_PLUGINS='peregistry'" in out.stderr, out.stderr
