@@ -700,3 +700,71 @@ def test_list_imports_no_array_framework() -> None:
     proc = _run_subprocess(sys.executable, "-c", code)
     assert proc.returncode == 0, proc.stderr
     assert "sinusoidal" in proc.stdout
+
+
+# -- sizes that allocate are bounded ---------------------------------------------------------------
+BOUNDED_RUN = """
+import resource, sys
+# A cap on the address space: before the bounds these commands died of MemoryError (or took
+# tens of GB); with them they stop at the usage error, in well under a second.
+cap = 3 * 2**30
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+from peregistry.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["show", "sinusoidal", "--dim", "8", "--positions", "0:1000000000"],
+         ["--positions '0:1000000000' names 1,000,000,000 positions; at most 10,000,000 are "
+          "allowed"]),
+        (["show", "sinusoidal", "--dim", "8", "--positions", "0:2000000000:2"],
+         ["names 1,000,000,000 positions"]),
+        (["show", "sinusoidal", "--dim", "8", "--positions", "0:2000000"],
+         ["--positions '0:2000000' names 2,000,000 positions, which give 16,000,000 values of "
+          "sinusoidal (8 per position); at most 10,000,000 values are shown"]),
+        (["show", "alibi", "--num-heads", "8", "--positions", "0:2000"],
+         ["2,000 positions, which give 32,000,000 values of alibi (8 per pair of positions)"]),
+        (["show", "sinusoidal", "--dim", "8", "--positions", "1", "--decimals", "1000000000"],
+         ["argument --decimals: expected a non-negative integer of at most 30, "
+          "got '1000000000'"]),
+        (["plot", "sinusoidal", "--length", "100000000", "-o", "never.png"],
+         ["argument --length: expected a positive integer of at most 4,096, got '100000000'"]),
+        (["bench", "sinusoidal", "--quick", "--backend", "numpy", "--reps", "1000000000"],
+         ["argument --reps: expected a positive integer of at most 10,000"]),
+    ],
+)
+def test_sizes_that_allocate_are_bounded_with_a_usage_error(argv: list[str],
+                                                             fragments: list[str]) -> None:
+    if sys.platform != "linux":
+        pytest.skip("RLIMIT_AS is what keeps the unbounded case from taking the machine down")
+    out = subprocess.run([sys.executable, "-c", BOUNDED_RUN, *argv], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert_usage_error(out.returncode, out.stdout, out.stderr, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("0:10:0", "(the step is 0)"),
+        ("99999999999999999999", "(positions beyond the int64 range)"),
+        ("99999999999999999998:99999999999999999999", "(positions beyond the int64 range)"),
+    ],
+)
+def test_positions_out_of_range_are_usage_errors(capsys: pytest.CaptureFixture[str], spec: str,
+                                                 fragment: str) -> None:
+    assert_usage_error(*run(capsys, "show", "sinusoidal", "--dim", "8", f"--positions={spec}"),
+                       f"got {spec!r}", fragment)
+
+
+def test_ranges_are_int64_arrays_and_the_limits_are_in_the_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    arr = parse_positions("3:-9:-4")
+    assert arr.dtype == np.int64 and arr.tolist() == list(range(3, -9, -4))
+    code, out, _ = run(capsys, "show", "sinusoidal", "--help")
+    assert code == 0
+    assert "at most 10,000,000 positions and 10,000,000 values" in " ".join(out.split())

@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ._core import Command, UsageError, comma_list, positive_int
+from ._core import Command, UsageError, comma_list, int_at_most
+
+#: The most timed repetitions: each keeps its timings, and 10**4 already takes hours on the
+#: large cases.
+MAX_REPS = 10_000
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,8 +20,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                              "comma-separated)")
     parser.add_argument("--quick", action="store_true",
                         help="small shapes and few repetitions (a smoke test)")
-    parser.add_argument("--reps", type=positive_int, metavar="N",
-                        help="timed repetitions (default 25, --quick 5)")
+    parser.add_argument("--reps", type=int_at_most(MAX_REPS), metavar="N",
+                        help=f"timed repetitions (default 25, --quick 5; at most {MAX_REPS:,})")
     parser.add_argument("--progress", action="store_true",
                         help="draw the progress bar on stderr even when it is not a terminal")
 

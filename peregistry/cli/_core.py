@@ -79,6 +79,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_at_most(limit: int, *, positive: bool = True) -> Callable[[str], int]:
+    """An argument type: a positive (or non-negative) integer no larger than ``limit``, for
+    sizes that allocate."""
+    what = "positive" if positive else "non-negative"
+
+    def parse(text: str) -> int:
+        value = positive_int(text) if positive else non_negative_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(
+                f"expected a {what} integer of at most {limit:,}, got {text!r}")
+        return value
+
+    parse.__name__ = f"{what} integer"  # what argparse names in its own messages
+    return parse
+
+
 def split_assignment(item: str, what: str) -> tuple[str, str]:
     """``NAME=VALUE`` → ``(NAME, VALUE)``."""
     key, sep, raw = item.partition("=")

@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ._core import Command, UsageError, collect_options, fill_required, positive_int
+from ._core import Command, UsageError, collect_options, fill_required, int_at_most
 
 #: The plot kinds, as in :data:`peregistry.plot.PLOTS` (listed here so that ``--help`` does not
 #: import the plotting module).
 PLOT_KINDS = ("heatmap", "decay", "angles", "bias", "ids")
+#: The most positions a plot takes: more than a figure has pixels across, and the bias plot holds
+#: ``length**2`` values per head.
+MAX_LENGTH = 4096
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +24,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE.png", required=True)
     parser.add_argument("--kind", choices=PLOT_KINDS,
                         help="the plot (default: the first that fits the encoder's kind)")
-    parser.add_argument("--length", type=positive_int, metavar="N",
-                        help="number of positions (default: the plot's own, 64 or 512)")
+    parser.add_argument("--length", type=int_at_most(MAX_LENGTH), metavar="N",
+                        help="number of positions (default: the plot's own, 64 or 512; "
+                             f"at most {MAX_LENGTH})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of enc.init for learned encoders (default 0)")
     parser.add_argument("--convention", default="qwen2.5-vl",

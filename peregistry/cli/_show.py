@@ -8,6 +8,7 @@ chosen backend are imported only when values are computed.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ._core import (
     collect_options,
     dump_json,
     flag,
-    non_negative_int,
+    int_at_most,
     one_line,
     table,
 )
@@ -40,6 +41,28 @@ DEFAULT_SHOW_POSITIONS = "0:4"
 
 
 # -- positions ------------------------------------------------------------------------------------
+#: The most positions ``--positions`` may name: 10**7 int64 positions are 80 MB, and the values
+#: of a small encoder at them a few hundred MB more; beyond that a typo (``0:1000000000``)
+#: would take the machine down instead of printing something.
+MAX_POSITIONS = 10_000_000
+#: The most values ``show`` computes and prints (the values at one position, found by computing
+#: them, times the number of positions, or its square for :data:`PAIRWISE_KINDS`): 10**7
+#: values are 80 MB in float64 and some 100 MB of text.
+MAX_VALUES = 10_000_000
+#: The most ``--decimals``: float64 has 17 significant digits; more would only print zeros (and
+#: ``--decimals 1000000000`` a gigabyte per value).
+MAX_DECIMALS = 30
+#: Kinds whose values are among every pair of positions (``bias(q, k)``, ``embed(q, k)``).
+PAIRWISE_KINDS = frozenset({"bias", "relative-embedding"})
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _too_many(spec: str, n: int, limit: int, why: str = "") -> UsageError:
+    return UsageError(f"--positions {spec!r} names {n:,} positions; at most {limit:,} are "
+                      f"allowed{why}")
+
+
 def _parse_number(text: str) -> int | float:
     try:
         return int(text)
@@ -47,23 +70,43 @@ def _parse_number(text: str) -> int | float:
         return float(text)
 
 
-def _position_values(text: str, hint: str) -> Any:
+def _range(text: str, spec: str, hint: str) -> np.ndarray[Any, Any]:
+    """``start:stop[:step]`` as an int64 array, built by NumPy (never a Python list) once its
+    length is known to be at most :data:`MAX_POSITIONS`."""
+    import numpy as np
+
+    parts = [int(p) if p.strip() else None for p in text.split(":")]
+    if len(parts) > 3:
+        raise UsageError(hint)
+    start, stop, step = ([*parts, None, None])[:3]
+    if stop is None:
+        raise UsageError(f"{hint} (a range needs an end)")
+    try:
+        r = range(start or 0, stop, 1 if step is None else step)
+    except ValueError:
+        raise UsageError(f"{hint} (the step is 0)") from None
+    if not r:
+        raise UsageError(f"{hint} (the range is empty)")
+    if len(r) > MAX_POSITIONS:
+        raise _too_many(spec, len(r), MAX_POSITIONS)
+    if not (_INT64[0] <= min(r[0], r[-1]) and max(r[0], r[-1]) <= _INT64[1]):
+        raise UsageError(f"{hint} (positions beyond the int64 range)")
+    return np.arange(r.start, r.stop, r.step, dtype=np.int64)
+
+
+def _position_values(text: str, spec: str, hint: str) -> Any:
+    # Lists are bounded by the length of a command line, but counted anyway (cheaply, before
+    # anything is parsed): ``--positions`` is also reachable from scripts.
+    n = text.count(",") + text.count(";") + 1
+    if n > MAX_POSITIONS:
+        raise _too_many(spec, n, MAX_POSITIONS)
     if ";" in text:
         rows = [[_parse_number(v) for v in row.split(",")] for row in text.split(";")]
         if len({len(r) for r in rows}) != 1:
             raise UsageError(f"{hint} (rows of different lengths)")
         return rows
     if ":" in text:
-        parts = [int(p) if p.strip() else None for p in text.split(":")]
-        if len(parts) > 3:
-            raise UsageError(hint)
-        start, stop, step = ([*parts, None, None])[:3]
-        if stop is None:
-            raise UsageError(f"{hint} (a range needs an end)")
-        values = list(range(start or 0, stop, 1 if step is None else step))
-        if not values:
-            raise UsageError(f"{hint} (the range is empty)")
-        return values
+        return _range(text, spec, hint)
     if "," in text:
         return [_parse_number(v) for v in text.split(",")]
     return _parse_number(text)
@@ -74,18 +117,21 @@ def parse_positions(spec: str) -> Any:
 
     ``2`` → a scalar (0-d); ``0,1,2`` → a list; ``0:4`` (or ``0:10:2``) → a range, as Python's;
     ``0,1;2,3`` → rows, a 2-D array (for encoders whose positions are ``(..., 2)``). Numbers with
-    a decimal point or exponent make a float array (for encoders continuous in position).
+    a decimal point or exponent make a float array (for encoders continuous in position). At
+    most :data:`MAX_POSITIONS` positions, in the int64 range.
 
-    :raises UsageError: if the text is none of these.
+    :raises UsageError: if the text is none of these, or names too many positions.
     """
     import numpy as np
 
     hint = ("--positions must be a number (2), a list (0,1,2), a range (0:4 or 0:10:2) or rows "
             f"(0,1;2,3); got {spec!r}")
     try:
-        arr = np.asarray(_position_values(spec.strip(), hint))
-    except ValueError:
+        arr = np.asarray(_position_values(spec.strip(), spec, hint))
+    except (ValueError, OverflowError):
         raise UsageError(hint) from None
+    if arr.dtype.kind == "O":  # Python ints beyond int64
+        raise UsageError(f"{hint} (positions beyond the int64 range)")
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise UsageError(f"{hint} (not finite)")
     return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr.astype(np.float64)
@@ -153,6 +199,29 @@ SHOW_BY_KIND: dict[str, ShowFunction] = {
     "bias": _show_bias,
     "relative-embedding": _show_relative,
 }
+
+
+def _check_size(show: ShowFunction, enc: Encoder, ctx: ShowContext, positions: Any,
+                spec: str) -> None:
+    """Refuse ``--positions`` whose values would pass :data:`MAX_VALUES`, before computing them:
+    the values at the first position are computed and counted, then scaled up.
+
+    Only 1-D positions (lists, ranges) are checked: rows (``0,1;2,3``) are typed by hand, and
+    what their first row means depends on the encoder (one position, or one axis of M-RoPE).
+    """
+    if positions.ndim != 1 or positions.shape[0] < 2:
+        return
+    n = positions.shape[0]
+    probe = ShowContext(backend=ctx.backend, positions=ctx.backend.from_numpy(positions[:1]),
+                        dtype=ctx.dtype, seed=ctx.seed)
+    per = sum(math.prod(v.shape) for v in show(enc, probe).values())
+    pairwise = enc.kind in PAIRWISE_KINDS
+    total = per * n * (n if pairwise else 1)
+    if total > MAX_VALUES:
+        each = f"{per:,} per pair of positions" if pairwise else f"{per:,} per position"
+        raise UsageError(f"--positions {spec!r} names {n:,} positions, which give {total:,} "
+                         f"values of {enc.name} ({each}); at most {MAX_VALUES:,} values are "
+                         f"shown: name fewer positions")
 
 
 # -- text -----------------------------------------------------------------------------------------
@@ -239,15 +308,20 @@ def _describe_options(cls: type[Encoder], info: EncoderInfo | None, args: argpar
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", nargs="?", help="the encoder's name")
     parser.add_argument("--positions", metavar="SPEC",
-                        help="2 | 0,1,2 | 0:4 | 0:10:2 | 0,1;2,3 (rows)")
+                        help="2 | 0,1,2 | 0:4 | 0:10:2 | 0,1;2,3 (rows); at most "
+                             f"{MAX_POSITIONS:,} positions and {MAX_VALUES:,} values shown "
+                             "(bias and relative-embedding values grow with positions "
+                             "squared)")
     parser.add_argument("--backend", metavar="B", default=DEFAULT_BACKEND,
                         help="numpy (default), torch, jax, array_api_strict, or a plugin's")
     parser.add_argument("--dtype", metavar="D",
                         help="output dtype: float16, bfloat16, float32, float64 "
                              "(default: the backend's default float dtype)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--decimals", type=non_negative_int, default=4, metavar="N",
-                        help="decimals printed in text format (default 4)")
+    parser.add_argument("--decimals", type=int_at_most(MAX_DECIMALS, positive=False),
+                        default=4, metavar="N",
+                        help=f"decimals printed in text format (default 4, at most "
+                             f"{MAX_DECIMALS})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of enc.init for learned encoders (default 0)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
@@ -295,9 +369,11 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         )
         return 1
     adapter = backend(args.backend)
-    positions = parse_positions(args.positions or DEFAULT_SHOW_POSITIONS)
+    spec = args.positions or DEFAULT_SHOW_POSITIONS
+    positions = parse_positions(spec)
     ctx = ShowContext(backend=adapter, positions=adapter.from_numpy(positions),
                       dtype=args.dtype, seed=args.seed)
+    _check_size(show, enc, ctx, positions, spec)
     results = show(enc, ctx)
     dtype = adapter.dtype_name(next(iter(results.values())).dtype)
     arrays = {k: adapter.to_numpy(v) for k, v in results.items()}
