@@ -8,8 +8,11 @@ under a lock: concurrent first calls see one load and the same result. Plugins c
 * :func:`register`, for plugins made in-process (tests, notebooks).
 
 Every plugin import and every hook call is wrapped: a plugin that fails to import, raises in a
-hook or returns garbage is recorded with its error and shown by :func:`list_encoders`, while all
-other plugins keep working. A name claimed by two plugins is an error naming both; neither wins.
+hook (also part-way through a generator), calls ``sys.exit`` or returns garbage (also an
+encoder whose name is not one printable word, or starts with ``-``) is recorded with its error
+and shown by :func:`list_encoders`, while all other plugins keep working; only
+``KeyboardInterrupt`` goes through. A name claimed by two plugins is an error naming both;
+neither wins.
 
 Environment switches (read at load time):
 
@@ -18,7 +21,8 @@ Environment switches (read at load time):
 ``PEREGISTRY_LOAD_PLUGINS=dist1,dist2``
     load only these third-party distributions (plus the built-ins). An empty value loads none.
 ``PEREGISTRY_DISABLED_PLUGINS=dist1,dist2``
-    never load these distributions.
+    never load these distributions; naming ``peregistry`` removes the built-ins, which the error
+    for a missing encoder then says.
 """
 
 from __future__ import annotations
