@@ -187,7 +187,7 @@ def main() -> None:
     try:
         import torch
 
-        from peregistry.backends._kernel import kernel_isa, kernel_status
+        from peregistry.rope import kernel_isa, kernel_status
 
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native rotation "
               f"kernel: {kernel_status()} ({kernel_isa()})")

@@ -79,8 +79,8 @@ from __future__ import annotations
 from ._hooks import hookimpl, hookspec
 from ._options import Option
 from .backends._base import Backend
-from .encoders._angles import Frequencies, angles, cos_sin
-from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding, RotaryEncoder
+from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding
+from .rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary, angles, cos_sin
 
 __all__ = [
     "AbsoluteEncoder",
@@ -89,9 +89,12 @@ __all__ = [
     "Ctx",
     "Encoder",
     "Frequencies",
+    "MultiAxisRotary",
     "Option",
     "RelativeEmbedding",
     "RotaryEncoder",
+    "RotaryTables",
+    "ScaledRotary",
     "angles",
     "cos_sin",
     "hookimpl",
