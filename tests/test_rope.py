@@ -247,3 +247,24 @@ def test_building_blocks_are_public() -> None:
     assert issubclass(MRope, rope.MultiAxisRotary) and issubclass(MRope, rope.ScaledRotary)
     for name in set(rope.__all__) - {"LAYOUTS", "Layout"}:
         assert getattr(rope, name).__doc__, name
+
+
+def test_plugin_docstring_example_passes_the_suite() -> None:
+    """The multi-axis family of ``peregistry.plugin``'s docstring, two hooks on
+    :class:`MultiAxisRotary`, is a complete rotary encoder (numpy: the suite's laws)."""
+    from peregistry.plugin import Frequencies, MultiAxisRotary
+    from peregistry.testing import check_encoder
+
+    class Axial2D(MultiAxisRotary):
+        name = "axial-2d-doc-example"
+        __slots__ = ()
+        dim = per.Option(int, allowed="a positive multiple of 4",
+                         check=lambda d: d > 0 and d % 4 == 0)
+        num_axes = 2  # type: ignore[assignment]
+
+        def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
+            omega = rope.inv_freq(self.dim // 2)  # type: ignore[attr-defined]
+            return (Frequencies.from_omega(omega),) * 2
+
+    report = check_encoder(Axial2D(dim=8), backends="numpy")
+    assert report.ok, report
