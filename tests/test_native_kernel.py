@@ -262,7 +262,7 @@ def torch() -> Any:
 
 def _pure_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch the kernel off for the rest of the test (the pure-torch eager path)."""
-    monkeypatch.setattr(_kernel, "_kernel", None)
+    monkeypatch.setattr(_kernel.KERNEL, "module", None)
 
 
 def _rotate_both(monkeypatch: pytest.MonkeyPatch, enc: Any, x: Any, pos: Any) -> tuple[Any, Any]:
@@ -285,7 +285,7 @@ def _native_calls(monkeypatch: pytest.MonkeyPatch, kernel: Any) -> list[int]:
             calls.append(args[13] if len(args) > 13 else 0)  # the GOMP_parallel address
             real(*args)
 
-    monkeypatch.setattr(_kernel, "_kernel", Spy)
+    monkeypatch.setattr(_kernel.KERNEL, "module", Spy)
     return calls
 
 

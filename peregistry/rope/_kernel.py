@@ -12,6 +12,7 @@ calls it (:mod:`._torch`) checks device, dtype, layout and broadcasting first.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 #: Set to ``0`` to switch the native kernel off (read on first use).
@@ -21,17 +22,20 @@ NATIVE_ENV = "PEREGISTRY_NATIVE"
 DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2, "float16": 3}
 
 _UNSET: Any = object()
-_kernel: Any = _UNSET
-_status = ""
 
 
-def load_kernel() -> Any | None:
-    """The ``peregistry._rotary_kernel`` module, or None (not built, or switched off)."""
-    global _kernel, _status
-    if _kernel is _UNSET:
+@dataclass
+class _KernelState:
+    """The kernel as loaded on first use: its module (None: not built, or switched off) and the
+    status :func:`kernel_status` reports."""
+
+    module: Any = _UNSET
+    status: str = ""
+
+    def load(self) -> None:
         value = os.environ.get(NATIVE_ENV, "1").strip().lower()
         if value in ("0", "false", "no", "off"):
-            _kernel, _status = None, f"off ({NATIVE_ENV}={os.environ[NATIVE_ENV]})"
+            self.module, self.status = None, f"off ({NATIVE_ENV}={os.environ[NATIVE_ENV]})"
         elif value not in ("1", "true", "yes", "on", ""):
             raise ValueError(f"{NATIVE_ENV}={os.environ[NATIVE_ENV]!r}: expected 1 or 0 "
                              f"(also true/false, yes/no, on/off)")
@@ -39,16 +43,25 @@ def load_kernel() -> Any | None:
             try:
                 from .. import _rotary_kernel
             except ImportError as e:
-                _kernel, _status = None, f"not built ({e})"
+                self.module, self.status = None, f"not built ({e})"
             else:
-                _kernel, _status = _rotary_kernel, "on"
-    return None if _kernel is None else _kernel
+                self.module, self.status = _rotary_kernel, "on"
+
+
+KERNEL = _KernelState()
+
+
+def load_kernel() -> Any | None:
+    """The ``peregistry._rotary_kernel`` module, or None (not built, or switched off)."""
+    if KERNEL.module is _UNSET:
+        KERNEL.load()
+    return KERNEL.module
 
 
 def kernel_status() -> str:
     """``"on"``, ``"off (PEREGISTRY_NATIVE=0)"`` or ``"not built (<import error>)"``."""
     load_kernel()
-    return _status
+    return KERNEL.status
 
 
 def kernel_isa() -> str:
