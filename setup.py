@@ -1,6 +1,6 @@
 """Build of the one optional C extension, ``peregistry._rotary_kernel`` (everything else is in
-pyproject.toml). It is optional: without a C compiler the install still succeeds and the
-adapters use their framework paths (``peregistry bench`` prints which: see backends/_kernel.py)."""
+pyproject.toml). It is optional: without a C compiler the install still succeeds and the rope
+engine uses its framework paths (``peregistry bench`` prints which: see peregistry/rope/_kernel.py)."""
 
 import sys
 

@@ -4,7 +4,8 @@ Each ratio is median(time of ours) / median(time of the baseline), with the two 
 interleaved repetitions (ours, baseline, ours, baseline, ...) so drifts of the machine hit both.
 
 * prefill, torch float32 and bfloat16, q and k of (1, 32, 4096, 128) and (4, 8, 2048, 64):
-  ``rotate(q); rotate(k)`` vs ``q.clone(); k.clone()`` (goal <= 2x);
+  ``rotate(q); rotate(k)`` vs ``q.clone(); k.clone()`` (goal <= 2x); for information, the same
+  with tables made once (``enc.tables(positions).rotate_all(q, k)``) and under ``torch.compile``;
 * decode, (8, 32, 1, 128) at position 4095, one torch thread: vs a minimal hand-written torch
   RoPE (goal <= 1.2x);
 * ``jax.jit(rotate)`` vs a jitted hand-written jax RoPE (goal <= 1.1x), prefill and decode;
@@ -60,6 +61,10 @@ def torch_prefill(reps: int, quick: bool) -> None:
             r = interleaved(lambda q=q, k=k, enc=enc: (enc.rotate(q), enc.rotate(k)),
                             lambda q=q, k=k: (q.clone(), k.clone()), reps)
             report(f"torch prefill {shape} {str(dtype)[6:]} vs clone", r, 2.0)
+            tables = enc.tables(torch.arange(shape[-2]))  # type: ignore[attr-defined]
+            r = interleaved(lambda q=q, k=k, t=tables: t.rotate_all(q, k),
+                            lambda q=q, k=k: (q.clone(), k.clone()), reps)
+            report("  same, enc.tables(...).rotate_all(q, k) (information)", r, 2.0)
             compiled = _compiled_pair(enc)
             r = interleaved(lambda q=q, k=k, f=compiled: f(q, k),
                             lambda q=q, k=k: (q.clone(), k.clone()), reps)
@@ -187,7 +192,7 @@ def main() -> None:
     try:
         import torch
 
-        from peregistry.backends._kernel import kernel_isa, kernel_status
+        from peregistry.rope import kernel_isa, kernel_status
 
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native rotation "
               f"kernel: {kernel_status()} ({kernel_isa()})")

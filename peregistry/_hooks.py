@@ -49,7 +49,7 @@ def peregistry_backends() -> Sequence[Backend]:  # type: ignore[empty-body]
 
 @hookspec
 def peregistry_rope_scalings() -> Sequence[Any]:  # type: ignore[empty-body]
-    """Return rotary scaling types (see :mod:`peregistry.encoders.rope_scaling`) by name.
+    """Return rotary scaling types (see :mod:`peregistry.rope.scalings`) by name.
 
     A scaling returned here becomes usable as ``get_encoder("rotary", scaling={"type": NAME})``.
 

@@ -205,7 +205,7 @@ def _check_backend(obj: Any) -> str | None:
 
 
 def _check_scaling(obj: Any) -> str | None:
-    """A rope scaling (see :class:`peregistry.encoders.rope_scaling.RopeScaling`) needs a name and
+    """A rope scaling (see :class:`peregistry.rope.scalings.RopeScaling`) needs a name and
     ``inv_freq()``; ``validate``, ``attention_factor`` and ``seq_len_breakpoints``, if present,
     must be callable and ``parameters`` a mapping."""
     name = getattr(obj, "name", None)
@@ -215,5 +215,5 @@ def _check_scaling(obj: Any) -> str | None:
         if hasattr(obj, attr) and not callable(getattr(obj, attr)):
             return f"rope scaling {name!r}: {attr} must be callable"
     if not isinstance(getattr(obj, "parameters", {}), Mapping):
-        return f"rope scaling {name!r}: parameters must be a mapping of key -> Param"
+        return f"rope scaling {name!r}: parameters must be a mapping of key -> Option"
     return None

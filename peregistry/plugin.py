@@ -64,6 +64,27 @@ the built-in sinusoidal and rotary encoders do::
     freqs = Frequencies.from_omega(10000.0 ** (-2 * i / dim) for i in range(dim // 2))
     cos, sin = cos_sin(positions, freqs, ctx=ctx)   # each (*positions.shape, dim/2)
 
+Rotary families build on the rope engine (:mod:`peregistry.rope`, whose pure functions —
+``inv_freq``, ``full_width``, ``rotate_half``, ``apply_rotation``, ... — are public too):
+:class:`RotaryEncoder` (implement ``_half_cos_sin``), :class:`ScaledRotary` (RoFormer
+frequencies with a ``scaling`` option, as ``rotary``/``mrope``) and :class:`MultiAxisRotary`
+(positions ``(num_axes, ...)``; implement ``num_axes`` and ``_axis_frequencies``, as ``mrope``
+and peregistry-vision's ``axial-rotary``). :class:`RotaryTables` applies tables made once
+(``enc.tables(positions)``) to any number of tensors::
+
+    from peregistry.plugin import Frequencies, MultiAxisRotary
+    from peregistry.rope import inv_freq
+
+    class Axial2D(MultiAxisRotary):
+        name = "axial-2d"
+        dim = per.Option(int, allowed="a positive multiple of 4",
+                         check=lambda d: d > 0 and d % 4 == 0)
+        num_axes = 2
+
+        def _axis_frequencies(self, seq_len):
+            omega = inv_freq(self.dim // 2)   # each axis: dim/2 features, dim/4 pairs
+            return (Frequencies.from_omega(omega),) * 2
+
 For notebooks and tests, :func:`peregistry.register` adds a plugin in-process (any module or
 object with hookimpls) and :func:`peregistry.unregister` takes it away. A plugin that fails to
 import or raises in its hook is shown by ``peregistry list`` with its error and never breaks the
@@ -79,10 +100,10 @@ from __future__ import annotations
 from ._hooks import hookimpl, hookspec
 from ._options import Option
 from .backends._base import Backend
-from .encoders._angles import Frequencies, angles, cos_sin
-from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding, RotaryEncoder
+from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding
 from .encoders.learned_params import LearnedParams, init_params
 from .encoders.pairs import compute_dtype, distance, gather, index_dtype
+from .rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary, angles, cos_sin
 
 __all__ = [
     "AbsoluteEncoder",
@@ -91,9 +112,12 @@ __all__ = [
     "Ctx",
     "Encoder",
     "Frequencies",
+    "MultiAxisRotary",
     "Option",
     "RelativeEmbedding",
     "RotaryEncoder",
+    "RotaryTables",
+    "ScaledRotary",
     "angles",
     "cos_sin",
     "hookimpl",

@@ -1,9 +1,10 @@
-"""The optional C rotation kernel (``peregistry/_native/rotary.c``) and the torch adapter's use of it.
+"""The optional C rotation kernel (``peregistry/_native/rotary.c``) and the rope engine's torch
+fast path through it.
 
 Kernel-level tests drive it with NumPy buffers (it is framework-free) against an independent
-float64 formula and an independent bfloat16 rounding; torch-level tests check that the adapter's
-eager path through the kernel is bit for bit the pure-torch expression and Hugging Face's, on
-every thread count, with both thread runners.
+float64 formula and an independent bfloat16 rounding; torch-level tests check that the eager path
+through the kernel is bit for bit the pure-torch expression and Hugging Face's, on every thread
+count, with both thread runners.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from peregistry.backends import _kernel
+from peregistry.rope import _kernel
 from peregistry.testing._core import selected_backends
 
 SELECTED = [b.name for b in selected_backends()]
@@ -238,7 +239,7 @@ def test_broadcast_strides() -> None:
 
 def _status_in_subprocess(value: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PEREGISTRY_NATIVE=value)
-    return subprocess.run([sys.executable, "-c", "from peregistry.backends._kernel import "
+    return subprocess.run([sys.executable, "-c", "from peregistry.rope._kernel import "
                            "kernel_status; print(kernel_status())"],
                           env=env, capture_output=True, text=True, timeout=60)
 
@@ -260,8 +261,8 @@ def torch() -> Any:
 
 
 def _pure_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Switch the kernel off for the rest of the test (the adapter's pure-torch eager path)."""
-    monkeypatch.setattr(_kernel, "_kernel", None)
+    """Switch the kernel off for the rest of the test (the pure-torch eager path)."""
+    monkeypatch.setattr(_kernel.KERNEL, "module", None)
 
 
 def _rotate_both(monkeypatch: pytest.MonkeyPatch, enc: Any, x: Any, pos: Any) -> tuple[Any, Any]:
@@ -284,7 +285,7 @@ def _native_calls(monkeypatch: pytest.MonkeyPatch, kernel: Any) -> list[int]:
             calls.append(args[13] if len(args) > 13 else 0)  # the GOMP_parallel address
             real(*args)
 
-    monkeypatch.setattr(_kernel, "_kernel", Spy)
+    monkeypatch.setattr(_kernel.KERNEL, "module", Spy)
     return calls
 
 
@@ -320,11 +321,11 @@ def test_torch_kernel_uses_torch_openmp_team(torch: Any, kernel: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With torch on OpenMP (Linux wheels), the kernel is handed torch's GOMP_parallel, and the
     result equals the POSIX-threads runner and one thread."""
-    from peregistry.backends._torch import _torch_gomp
+    from peregistry.rope._torch import torch_gomp
 
     if not torch.backends.openmp.is_available() or not sys.platform.startswith("linux"):
         pytest.skip("torch is not built with OpenMP here, or not on Linux (/proc/self/maps)")
-    gomp = _torch_gomp()
+    gomp = torch_gomp()
     assert gomp != 0
     rng = np.random.default_rng(6)
     x = rng.standard_normal((4, 8, 512, 64)).astype(np.float32)
@@ -400,7 +401,7 @@ x = torch.randn(2, 4, 8, 64)
 with FakeTensorMode() as m:
     y = enc.rotate(m.from_tensor(x))
     assert type(y).__name__ == "FakeTensor" and y.shape == x.shape, y
-assert not enc._cache.get("positions") and not enc._cache["tables"], "fake tables were cached"
+assert not enc._table_cache.positions and not enc._table_cache.offsets, "fake tables were cached"
 assert torch.equal(torch.func.functionalize(enc.rotate)(x), enc.rotate(x))
 assert torch.equal(torch.vmap(enc.rotate)(x), enc.rotate(x))
 print("ok")
@@ -443,15 +444,16 @@ def test_narrow_integer_positions_are_positions_not_masks(torch: Any, dtype: str
 
 def test_float64_x_with_float32_tables_rotates_in_float64(torch: Any, kernel: Any,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through the adapter directly (rotate() itself widens the tables first): type promotion
-    makes it a float64 rotation, which the kernel's float32 rows are not, so it is left out."""
-    from peregistry.backends._torch import TorchBackend
+    """Through the torch fast path directly (rotate() itself widens the tables first): type
+    promotion makes it a float64 rotation, which the kernel's float32 rows are not, so it is
+    left out."""
+    from peregistry.rope import _torch
 
     x = torch.randn(2, 4, 64, 64, dtype=torch.float64)
     ang = torch.rand(64, 32, dtype=torch.float64) * 8 - 4
     c, s = ang.cos().float(), ang.sin().float()
     calls = _native_calls(monkeypatch, kernel)
-    got = TorchBackend().apply_rotary(x, c, s, rotary_dim=64, interleaved=False)
+    got = _torch.rotate(x, c, s, rotary_dim=64, interleaved=False)
     assert calls == []
     a, b = x[..., :32], x[..., 32:]
     assert torch.equal(got, torch.cat((a * c - b * s, b * c + a * s), -1))

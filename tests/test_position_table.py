@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import peregistry as per
-from peregistry.encoders.base import RotaryEncoder
+from peregistry.rope import RotaryEncoder
 
 
 def _x(backend: Any, shape: tuple[int, ...], seed: int = 0) -> Any:
@@ -38,7 +38,7 @@ def test_decode_offsets_equal_fresh_tables(backend: Any, opts: dict[str, Any]) -
         got = backend.to_numpy(enc.rotate(x, offset=offset))
         want = backend.to_numpy(_fresh(enc, x, np.array([offset]), backend))
         np.testing.assert_array_equal(got, want)
-    assert enc._cache["positions"], "the position table was not used"
+    assert enc._table_cache.positions, "the position table was not used"
 
 
 def test_explicit_integer_positions_gather_rows(backend: Any) -> None:
@@ -47,7 +47,7 @@ def test_explicit_integer_positions_gather_rows(backend: Any) -> None:
     ids = np.array([[[0, 7, 4095, 4096, 9000]], [[3, 2, 1, 0, 5]]])  # (2, 1, 5), per batch
     got = backend.to_numpy(enc.rotate(x, backend.from_numpy(ids)))
     np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, ids, backend)))
-    assert enc._cache["positions"]
+    assert enc._table_cache.positions
 
 
 def test_negative_and_huge_positions_are_computed(backend: Any,
@@ -62,9 +62,9 @@ def test_negative_and_huge_positions_are_computed(backend: Any,
     got = backend.to_numpy(enc.rotate(x, offset=5000))
     np.testing.assert_array_equal(got, backend.to_numpy(
         _fresh(enc, x, np.arange(5000, 5003), backend)))
-    assert not enc._cache.get("positions")
+    assert not enc._table_cache.positions
     enc.rotate(x, offset=7)
-    assert enc._cache["positions"]  # in range again: the table is used
+    assert enc._table_cache.positions  # in range again: the table is used
 
 
 def test_sequence_length_dependent_scaling_has_no_position_table(backend: Any) -> None:
@@ -73,7 +73,7 @@ def test_sequence_length_dependent_scaling_has_no_position_table(backend: Any) -
     x = _x(backend, (1, 2, 1, 16))
     a = backend.to_numpy(enc.rotate(x, offset=10))
     b = backend.to_numpy(enc.rotate(x, offset=200))  # past 64: NTK-scaled frequencies
-    assert not enc._cache.get("positions")
+    assert not enc._table_cache.positions
     np.testing.assert_array_equal(b, backend.to_numpy(_fresh(enc, x, np.array([200]), backend)))
     assert not np.array_equal(a, b)
 
@@ -87,7 +87,7 @@ def test_mrope_text_decoding_uses_rows_of_its_table(backend: Any) -> None:
         want = backend.to_numpy(enc.rotate(x, backend.from_numpy(
             pos, dtype=backend.float_dtypes()["float32"])))
         np.testing.assert_array_equal(got, want)
-    assert enc._cache["positions"]
+    assert enc._table_cache.positions
 
 
 def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -> None:
@@ -106,7 +106,7 @@ def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -
     got = backend.to_numpy(enc.rotate(x, offset=3))
     np.testing.assert_array_equal(got, backend.to_numpy(
         _fresh(enc, x, np.array([6, 8]), backend)))
-    assert not enc._cache.get("positions")
+    assert not enc._table_cache.positions
 
 
 def test_subclass_declaring_rows_but_shifting_positions_is_not_gathered(backend: Any) -> None:
@@ -152,5 +152,5 @@ def test_tables_made_inside_a_trace_are_not_cached(backend: Any) -> None:
     np.testing.assert_allclose(np.asarray(jax.jit(lambda p: enc.rotate(x, p))(ids)), want, **tol)
     np.testing.assert_allclose(np.asarray(jax.vmap(lambda p: enc.rotate(x[0], p))(ids[None])),
                                want[:1], **tol)
-    assert not enc._cache.get("positions") and not enc._cache["tables"]
+    assert not enc._table_cache.positions and not enc._table_cache.offsets
     np.testing.assert_array_equal(np.asarray(enc.rotate(x, offset=0)), want)  # eager still fine

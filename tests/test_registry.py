@@ -422,8 +422,6 @@ def test_services_of_the_building_registry_are_current_while_it_builds() -> None
     assert seen[-1] is default_registry
 
 
-@pytest.mark.xfail(strict=True, reason="needs the one-line change in encoders/mrope.py: "
-                                       "text_equivalent builds its encoder with self.services")
 def test_encoders_built_by_encoders_come_from_the_same_registry(
         monkeypatch: pytest.MonkeyPatch) -> None:
     reg = _isolated("peregistry.encoders.mrope", "peregistry.encoders.rotary",

@@ -503,7 +503,7 @@ def test_torch_blocked_fast_path_is_bit_identical_to_generic(
         pytest.skip("torch is not among the selected backends")
     import torch
 
-    from peregistry.backends._torch import BLOCK_ELEMENTS
+    from peregistry.rope._torch import BLOCK_ELEMENTS
 
     assert math.prod(shape) >= 2 * BLOCK_ELEMENTS
     enc = per.get_encoder("rotary", dim=shape[-1], rotary_dim=rotary_dim, layout=layout)
@@ -546,7 +546,7 @@ def test_torch_compile_gradients_flow_through_the_materialized_table() -> None:
     import torch
 
     enc = per.get_encoder("rotary", dim=16)
-    enc.rotate(torch.zeros(1, 2, 16))  # the adapter defines its op eagerly, on first sight
+    enc.rotate(torch.zeros(1, 2, 16))  # the op is defined eagerly, on first torch use
     f = torch.compile(lambda x, p: (enc.rotate(x, p) ** 2 * torch.arange(16.0)).sum(),
                       fullgraph=True, backend="aot_eager")
     x = torch.randn(2, 5, 16, requires_grad=True)

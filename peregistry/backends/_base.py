@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -184,40 +183,10 @@ class Backend:
             return xp.reshape(out, (*shape, *table.shape[1:]))
         return xp.reshape(out, (table.shape[0], *shape))
 
-    def materialize(self, *arrays: Any) -> tuple[Any, ...]:
-        """The arrays, computed as they are rather than fused into their consumers by a tracing
-        compiler (for small tables that many elements of a larger array reuse). The default
-        returns them unchanged."""
-        return arrays
-
     def is_tracing(self, x: Any) -> bool:
         """True if ``x`` is a placeholder of a tracing compiler (its values are unknown now).
         Encoders then neither read values on the host nor touch eager caches."""
         return False
-
-    def cacheable(self, x: Any) -> bool:
-        """Whether an array an encoder computed may be kept in an eager cache and reused by
-        later calls (not a tracer, nor tied to a mode such as torch's inference mode)."""
-        return not self.is_tracing(x)
-
-    def cache_scope(self) -> AbstractContextManager[Any]:
-        """Context in which arrays meant for an eager cache are computed (torch leaves inference
-        mode there, so a table made during inference also serves training)."""
-        return nullcontext()
-
-    def int_bounds(self, x: Any) -> tuple[int, int] | None:
-        """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be
-        read now (inside a trace)."""
-        xp = self.namespace()
-        lo, hi = xp.min(x), xp.max(x)
-        if self.is_tracing(lo):
-            return None
-        return int(lo), int(hi)
-
-    def reads_cheaply(self, x: Any) -> bool:
-        """Whether reading values of ``x`` on the host costs no device synchronization (an
-        encoder may then look at them to pick a faster path)."""
-        return True
 
     # -- differentiation (used by the conformance suite and the docs' training examples) -------
     def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
@@ -226,19 +195,6 @@ class Backend:
         dict of arrays, by the framework's automatic differentiation; None if it has none.
 
         ``g`` never modifies ``params`` and keeps no graph alive between calls."""
-        return None
-
-    # -- fast paths -----------------------------------------------------------------------------
-    def apply_rotary(self, x: Any, cos: Any, sin: Any, *, rotary_dim: int,
-                     interleaved: bool) -> Any | None:
-        """A native rotation of ``x``'s feature pairs, or None to use the generic Array API one
-        (:func:`peregistry.encoders.base.apply_rotation`, the reference it must match).
-
-        ``cos``/``sin`` are ``(..., rotary_dim/2)`` (float32 or wider) and broadcast against
-        ``x.shape[:-1]``; the pairs are ``(2i, 2i+1)`` if ``interleaved`` else
-        ``(i, i + rotary_dim/2)``; features from ``rotary_dim`` on pass through. The rotation
-        runs in the tables' dtype and the result has ``x``'s dtype.
-        """
         return None
 
     def __repr__(self) -> str:

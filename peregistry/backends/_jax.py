@@ -73,33 +73,6 @@ class JaxBackend(Backend):
 
         return jnp.take(table, idx, axis=axis)
 
-    def materialize(self, *arrays: Any) -> tuple[Any, ...]:
-        """Under ``jax.jit``, pass the arrays through a ``lax.cond`` on their data. XLA fuses a
-        cos/sin table into the elementwise rotation that consumes it, recomputing the
-        trigonometry for every head and batch element (XLA:CPU even fuses across
-        ``optimization_barrier``); a conditional is a fusion boundary, so the table is computed
-        once. Both branches return the values unchanged (``x + 0`` in the untaken one).
-
-        Not on arrays that may be sharded across devices (see :func:`_maybe_sharded`): the
-        predicate reads one element, which on a sharded table lives on one device, so SPMD
-        partitioning would broadcast it with an all-reduce (Auto mesh axes) or refuse the slice
-        (Explicit axes). There the table is left to XLA: sharding is kept and no collective is
-        added, at the price of the trigonometry being fused into the rotation."""
-        import jax
-        import jax.numpy as jnp
-
-        if not any(isinstance(a, jax.core.Tracer) for a in arrays) or arrays[0].size == 0:
-            return arrays
-        if any(_maybe_sharded(a) for a in arrays):
-            return arrays
-        pred = jnp.isfinite(jnp.reshape(arrays[0], (-1,))[0])
-        return tuple(jax.lax.cond(pred, lambda a: a, lambda a: tuple(v + 0 for v in a),
-                                  tuple(arrays)))
-
-    def reads_cheaply(self, x: Any) -> bool:
-        devices = getattr(x, "devices", None)
-        return devices is None or all(d.platform == "cpu" for d in devices())
-
     def is_tracing(self, x: Any) -> bool:
         import jax
 
@@ -115,17 +88,3 @@ class JaxBackend(Backend):
 
         return g
 
-
-def _maybe_sharded(a: Any) -> bool:
-    """True if the traced ``a`` lives on a mesh with a device axis (of size > 1) that is not
-    manual, i.e. XLA's SPMD partitioner may split it across devices. Inside ``shard_map`` (all
-    axes manual) each device holds its own block and reading an element is local."""
-    import jax
-
-    try:
-        mesh = jax.typeof(a).sharding.mesh
-        sizes, types = mesh.axis_sizes, mesh.axis_types
-    except Exception:
-        return False
-    return any(n > 1 and t != jax.sharding.AxisType.Manual
-               for n, t in zip(sizes, types, strict=True))

@@ -28,8 +28,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
-    from ..backends._kernel import kernel_isa, kernel_status
     from ..bench import format_bench_table, run_bench, stderr_if_tty
+    from ..rope import kernel_isa, kernel_status
 
     try:
         rows = run_bench(args.names or None, comma_list(args.backend) or None, quick=args.quick,

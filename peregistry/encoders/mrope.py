@@ -21,13 +21,10 @@ RoPE: the conformance suite checks that ``mrope`` equals ``rotary`` bit for bit 
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._hooks import hookimpl
 from .._options import Option
-from ._angles import cos_sin
-from .base import Ctx, RotaryEncoder
-from .rotary import HEAD_DIM, PAIR_LAYOUT, SCALING, THETA, ScaledRotary
+from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
+from .rotary import HEAD_DIM, PAIR_LAYOUT, SCALING, THETA
 
 __all__ = ["MRope", "axis_of_pairs"]
 
@@ -49,13 +46,12 @@ def axis_of_pairs(sections: tuple[int, ...], *, interleaved: bool) -> tuple[int,
     )
 
 
-class MRope(ScaledRotary):
+class MRope(MultiAxisRotary, ScaledRotary):
     """Multimodal RoPE (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with interleaved=True)."""
 
     name = "mrope"
     properties = frozenset({"rope-layouts", "multi-axis"})
     __slots__ = ()
-    _offset_rows_are_positions = True  # text positions: one position per token, on every axis
 
     dim = HEAD_DIM
     theta = THETA
@@ -90,13 +86,14 @@ class MRope(ScaledRotary):
 
     def text_equivalent(self) -> RotaryEncoder:
         """The ``rotary`` encoder this one equals on text tokens (all axes equal)."""
-        from ..registry import default_registry
-
         v = self.options
-        enc = default_registry.get_encoder("rotary", dim=v["dim"], theta=v["theta"],
-                                           layout=v["layout"], scaling=v["scaling"])
+        enc = self.services.get_encoder("rotary", dim=v["dim"], theta=v["theta"],
+                                         layout=v["layout"], scaling=v["scaling"])
         assert isinstance(enc, RotaryEncoder)
         return enc
+
+    def _axes_description(self) -> str:
+        return f"sections={self._values['sections']}"
 
     def _axis_groups(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...] | None]:
         """Pair indices of each axis, and the permutation that puts the pairs grouped by axis
@@ -112,51 +109,13 @@ class MRope(ScaledRotary):
             inverse[i] = j
         return groups, tuple(inverse)
 
-    # -- positions are (num_axes, ...) -----------------------------------------------------------
-    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
-        shape = tuple(positions.shape)
-        if len(shape) == 0 or shape[0] != self.num_axes:
-            raise ValueError(
-                f"{self.name}: positions.shape={shape}, but should be ({self.num_axes}, ...): "
-                f"one row per axis of sections={self._values['sections']}"
-            )
-        return shape[1:]
-
-    def text_positions(self, positions: Any) -> Any:
-        """Text tokens: every axis at the same position, ``(num_axes, *positions.shape)``."""
-        ctx, (p,) = self._context(positions)
-        return ctx.xp.stack([p] * self.num_axes, axis=0)
-
-    def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
-        """Text only: every axis at ``offset + arange(seq)``."""
-        pos = super()._default_positions(seq, offset, ctx=ctx)
-        xp = ctx.xp
-        return xp.stack([pos] * self.num_axes, axis=0)
-
-    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        xp = ctx.xp
-        self._position_batch_shape(positions)
+    # -- hooks of MultiAxisRotary: RoPE's frequencies shared out among the axes ------------------
+    def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
         freqs = self._frequencies(seq_len)
-        groups, inverse = self._axis_groups()
-        # Each axis's positions turn by that axis's own frequencies: exactly rotary's angles
-        # p·ω_i pair by pair, computed once per pair.
-        parts = [cos_sin(positions[ax, ...], freqs.subset(idx), ctx=ctx)
-                 for ax, idx in enumerate(groups) if idx]
-        cos = xp.concat([c for c, _ in parts], axis=-1) if len(parts) > 1 else parts[0][0]
-        sin = xp.concat([s for _, s in parts], axis=-1) if len(parts) > 1 else parts[0][1]
-        if inverse is not None:
-            perm = xp.asarray(list(inverse), device=ctx.device)
-            cos, sin = xp.take(cos, perm, axis=-1), xp.take(sin, perm, axis=-1)
-        af = self.attention_factor
-        if af != 1.0:
-            cos, sin = cos * af, sin * af
-        return cos, sin
+        return tuple(freqs.subset(idx) for idx in self._axis_groups()[0])
 
-    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
-        """Distinct positions per axis, as for an image patch grid after some text."""
-        import numpy as np
-
-        return np.asarray(rng.integers(0, 1024, size=(self.num_axes, *shape)), dtype=np.int64)
+    def _pair_order(self) -> tuple[int, ...] | None:
+        return self._axis_groups()[1]
 
 
 @hookimpl

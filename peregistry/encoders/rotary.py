@@ -20,7 +20,7 @@ so that ``<R(m)q, R(n)k>`` depends on ``m - n`` only. Layouts (which features pa
 and ``out = x·cos + rotate(x)·sin`` with ``cos``/``sin`` from :meth:`Rotary.cos_sin`. With
 ``rotary_dim < dim`` only the first ``rotary_dim`` features rotate (GPT-NeoX, GPT-J, Phi); the
 rest pass through. ``scaling`` selects a context-extension method from
-:mod:`peregistry.encoders.rope_scaling` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
+:mod:`peregistry.rope.scalings` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
 ``llama3``, or a plugin's), with Hugging Face ``rope_parameters`` names.
 
 For dim = 4, θ = 10000, p = 1: ``cos_sin`` gives cos ``[0.5403, 0.99995, 0.5403, 0.99995]``
@@ -32,113 +32,12 @@ distribution.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
-
 from .._hooks import hookimpl
-from .._options import Option, freeze, thaw
-from ._angles import Frequencies, cos_sin
-from .base import Ctx, RotaryEncoder
-
-if TYPE_CHECKING:
-    from .rope_scaling import RopeScaling
+from .._options import Option
+from ..rope.encoder import RotaryEncoder
+from ..rope.scaled import ScaledRotary
 
 __all__ = ["Rotary", "ScaledRotary"]
-
-
-class ScaledRotary(RotaryEncoder):
-    """Base of rotary encoders with RoFormer frequencies and a ``scaling`` option (``rotary``,
-    ``mrope``): resolves and validates the scaling type, computes the host frequencies
-    ``ω_i`` per sequence length (cached), the attention factor, and ``_half_cos_sin``.
-
-    Subclasses declare the options ``dim``, ``theta`` and ``scaling`` (and ``rotary_dim`` if
-    they have partial rotary) and call ``super()._validate()`` from their ``_validate``.
-    """
-
-    __slots__ = ()
-
-    def _validate(self) -> None:
-        from .rope_scaling import resolve_scaling
-
-        raw = self._values["scaling"]
-        obj, normalised = resolve_scaling(
-            self.name, thaw(raw) if raw is not None else None,
-            rotary_dim=self._rotary_dim(), theta=self._values["theta"],
-        )
-        self._values["scaling"] = freeze(normalised) if normalised is not None else None
-        params = {k: v for k, v in (normalised or {}).items() if k != "type"}
-        self._cache["scaling"] = obj
-        self._cache["scaling_params"] = params
-        self._cache["attention_factor"] = 1.0 if obj is None else float(
-            obj.attention_factor(self._rotary_dim(), self._values["theta"], params))
-        self._cache["freqs"] = {}
-        # Host constants for every seq_len the traced code may ask for without a seq_len,
-        # computed now (eagerly): torch.compile would otherwise trace the NumPy code.
-        self._frequencies(None)
-        for t in self._seq_len_dependence()[1]:
-            self._frequencies(t + 1)
-
-    # -- frequencies -----------------------------------------------------------------------------
-    @property
-    def _scaling(self) -> RopeScaling | None:
-        return self._cache["scaling"]  # type: ignore[no-any-return]
-
-    def _scaling_params(self) -> dict[str, Any]:
-        return self._cache["scaling_params"]  # type: ignore[no-any-return]
-
-    def inv_freq(self, seq_len: int | None = None) -> Any:
-        """The ``rotary_dim/2`` angular frequencies ``ω_i`` (scaling applied) as a float64
-        NumPy array, for sequence length ``seq_len`` where the scaling depends on it."""
-        import numpy as np
-
-        return np.asarray(self._frequencies(seq_len).omega, dtype=np.float64)
-
-    def _frequencies(self, seq_len: int | None) -> Frequencies:
-        from .rope_scaling import base_inv_freq
-
-        sc = self._scaling
-        params = self._scaling_params()
-        key = None if sc is None else sc.seq_len_key(params, seq_len)
-        cache: dict[Any, Frequencies] = self._cache["freqs"]
-        freqs = cache.get(key)
-        if freqs is None:
-            import numpy as np
-
-            rd, theta = self._rotary_dim(), float(self._values["theta"])
-            if sc is None:
-                omega = base_inv_freq(rd, theta)
-            else:
-                omega = np.asarray(sc.inv_freq(rd, theta, params, seq_len), dtype=np.float64)
-                if omega.shape != (rd // 2,) or not np.all(np.isfinite(omega)):
-                    raise ValueError(
-                        f"{self.name}: scaling {sc.name!r} returned inv_freq of shape "
-                        f"{omega.shape}, but should be ({rd // 2},) finite values"
-                    )
-            freqs = Frequencies.from_omega(omega)
-            if len(cache) > 64:  # dynamic NTK: one entry per sequence length seen
-                cache.pop(next(iter(cache)))
-            cache[key] = freqs
-        return freqs
-
-    @property
-    def attention_factor(self) -> float:
-        """The factor Hugging Face calls ``attention_scaling``, applied to ``cos`` and ``sin``."""
-        return float(self._cache["attention_factor"])
-
-    def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
-        sc = self._scaling
-        if sc is None:
-            return "none", ()
-        dep = sc.seq_len_dependence
-        return dep, (sc.seq_len_breakpoints(self._scaling_params()) if dep == "piecewise" else ())
-
-    # -- the hook ----------------------------------------------------------------------------------
-    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        cos, sin = cos_sin(positions, self._frequencies(seq_len), ctx=ctx)
-        af = self.attention_factor
-        if af != 1.0 and math.isfinite(af):
-            cos, sin = cos * af, sin * af
-        return cos, sin
 
 
 #: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import peregistry as per
-from peregistry.plugin import Ctx, Frequencies, cos_sin
+from peregistry.plugin import Ctx, Frequencies, MultiAxisRotary, cos_sin
 
 __all__ = ["AxialRotary", "DetrSine", "SinCos2D", "grid_positions"]
 
@@ -46,7 +46,7 @@ def _even_positive(values: tuple[int, ...]) -> bool:
     return len(values) > 0 and all(v > 0 and v % 2 == 0 for v in values)
 
 
-class AxialRotary(per.RotaryEncoder):
+class AxialRotary(MultiAxisRotary):
     """N-D axial RoPE: one band of features per axis (FLUX EmbedND, EVA-02 2-D RoPE).
 
     Axis ``a`` rotates ``dims[a]`` features, i.e. ``dims[a]/2`` pairs with its own frequencies
@@ -62,8 +62,10 @@ class AxialRotary(per.RotaryEncoder):
     axes ``dims=(d/2, d/2)``. ``layout="half"`` pairs ``(i, i + rotary_dim/2)`` instead
     (GPT-NeoX style). Features past ``sum(dims)`` (if ``dim`` is larger) pass through.
 
-    ``positions`` is ``(len(dims), ...)``: one row per axis, as M-RoPE. ``positions=None`` puts
-    every axis at ``offset + arange(seq)`` (text tokens). Integer or real positions.
+    ``positions`` is ``(len(dims), ...)``: one row per axis, as M-RoPE (both build on
+    :class:`peregistry.plugin.MultiAxisRotary`, which handles the positions and the per-axis
+    tables). ``positions=None`` puts every axis at ``offset + arange(seq)`` (text tokens).
+    Integer or real positions.
     """
 
     name = "axial-rotary"
@@ -105,7 +107,7 @@ class AxialRotary(per.RotaryEncoder):
             )
         return freqs  # type: ignore[no-any-return]
 
-    # -- hooks of RotaryEncoder ------------------------------------------------------------------
+    # -- hooks of RotaryEncoder and MultiAxisRotary --------------------------------------------
     def _head_dim(self) -> int:
         return int(self.dim) if self.dim is not None else sum(self.dims)
 
@@ -115,37 +117,11 @@ class AxialRotary(per.RotaryEncoder):
     def _interleaved(self) -> bool:
         return bool(self.layout == "interleaved")
 
-    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
-        shape = tuple(positions.shape)
-        if len(shape) == 0 or shape[0] != self.num_axes:
-            raise ValueError(f"{self.name}: positions.shape={shape}, but should be "
-                             f"({self.num_axes}, ...): one row per axis of dims={self.dims}")
-        return shape[1:]
+    def _axes_description(self) -> str:
+        return f"dims={self.dims}"
 
-    def text_positions(self, positions: Any) -> Any:
-        """Every axis at the same position: ``(num_axes, *positions.shape)``."""
-        ctx, (p,) = self._context(positions)
-        return ctx.xp.stack([p] * self.num_axes, axis=0)
-
-    def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
-        pos = super()._default_positions(seq, offset, ctx=ctx)
-        return ctx.xp.stack([pos] * self.num_axes, axis=0)
-
-    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        self._position_batch_shape(positions)
-        xp = ctx.xp
-        parts = [cos_sin(positions[a, ...], f, ctx=ctx)
-                 for a, f in enumerate(self.axis_frequencies())]
-        if len(parts) == 1:
-            return parts[0]
-        return (xp.concat([c for c, _ in parts], axis=-1),
-                xp.concat([s for _, s in parts], axis=-1))
-
-    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
-        """Distinct positions per axis, as ``(t, row, col)`` ids of image patches."""
-        import numpy as np
-
-        return np.asarray(rng.integers(0, 1024, size=(self.num_axes, *shape)), dtype=np.int64)
+    def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
+        return self.axis_frequencies()
 
 
 # -- MAE 2-D sine-cosine ---------------------------------------------------------------------------

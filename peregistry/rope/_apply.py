@@ -1,0 +1,126 @@
+"""Precomputed ``(cos, sin)`` applied to any number of tensors: :class:`RotaryTables`.
+
+FLUX-style models build their rotary tables once per forward and rotate the queries and keys of
+every block with them; rebuilding the tables in each call would repeat the trigonometry dozens of
+times. A :class:`RotaryTables` holds half-width tables (one ``cos``/``sin`` per pair, in the
+wide dtype they were computed in), validates each tensor it rotates, casts the tables once per
+compute dtype (kept in eager mode) and rotates through the framework dispatch, so that
+``enc.tables(p).rotate(x)`` equals ``enc.rotate(x, p)`` bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _delegation
+from ._funcs import Layout, check_layout
+from ._table_cache import broadcasts_into
+
+if TYPE_CHECKING:
+    from ..encoders.base import Ctx
+
+__all__ = ["RotaryTables", "apply_rotary"]
+
+
+class RotaryTables:
+    """Half-width rotary tables, made once and applied to any number of tensors.
+
+    :param cos: ``cos θ_i`` per pair, ``(*batch, rotary_dim/2)``, attention factor included;
+        ``batch`` broadcasts against ``x.shape[:-1]`` of the tensors rotated (``(seq,)``,
+        ``(batch, 1, seq)``, ...).
+    :param sin: ``sin θ_i``, the same shape, dtype and namespace.
+    :param layout: ``"half"`` pairs features ``(i, i + rotary_dim/2)``, ``"interleaved"``
+        pairs ``(2i, 2i+1)``; features from ``rotary_dim`` on pass through.
+    :param head_dim: the length ``x.shape[-1]`` must have (None: any, at least
+        ``rotary_dim``).
+
+    :meth:`peregistry.RotaryEncoder.tables` makes them from an encoder; tables of any other
+    source (such as :func:`peregistry.rope.cos_sin`, or a model's own half-width tables) work
+    the same. The rotation runs in ``x``'s dtype for float32 and wider, else in float32, and the
+    result has ``x``'s dtype, namespace and device.
+    """
+
+    __slots__ = ("_casts", "_ctx", "cos", "head_dim", "interleaved", "owner", "rotary_dim", "sin")
+
+    def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
+                 owner: str = "RotaryTables", ctx: Ctx | None = None) -> None:
+        if ctx is None:
+            from ..encoders.base import make_context
+
+            ctx, (cos, sin) = make_context(owner, (cos, sin))
+        if tuple(cos.shape) != tuple(sin.shape) or cos.dtype != sin.dtype:
+            raise ValueError(f"{owner}: cos and sin must have one shape and dtype, got "
+                             f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}")
+        if len(cos.shape) == 0 or not ctx.xp.isdtype(cos.dtype, "real floating"):
+            raise ValueError(f"{owner}: cos and sin must be real floating arrays (..., pairs), "
+                             f"got shape {tuple(cos.shape)} and dtype {cos.dtype}")
+        self.cos, self.sin, self.owner = cos, sin, owner
+        self.interleaved = check_layout(layout)
+        self.rotary_dim = 2 * int(cos.shape[-1])
+        if head_dim is not None and head_dim < self.rotary_dim:
+            raise ValueError(f"{owner}: head_dim={head_dim} is smaller than the {self.rotary_dim} "
+                             f"features the tables rotate")
+        self.head_dim = head_dim
+        self._ctx = ctx
+        self._casts: dict[Any, tuple[Any, Any]] = {}
+
+    @property
+    def layout(self) -> Layout:
+        return "interleaved" if self.interleaved else "half"
+
+    def __repr__(self) -> str:
+        return (f"RotaryTables(shape={tuple(self.cos.shape)}, dtype={self.cos.dtype}, "
+                f"layout={self.layout!r}, owner={self.owner!r})")
+
+    def rotate(self, x: Any) -> Any:
+        """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device."""
+        ctx = self._ctx
+        xp = ctx.xp
+        if not ctx.backend.owns(x):
+            raise TypeError(f"{self.owner}: x must be an array of {ctx.backend.name}, like the "
+                            f"tables; got {type(x).__module__}.{type(x).__qualname__}")
+        if not xp.isdtype(x.dtype, "real floating"):
+            raise TypeError(f"{self.owner}: x must have a real floating dtype, got {x.dtype}")
+        shape = tuple(x.shape)
+        want = "" if self.head_dim is None else f" == {self.head_dim}"
+        if (len(shape) == 0 or (self.head_dim is not None and shape[-1] != self.head_dim)
+                or shape[-1] < self.rotary_dim):
+            raise ValueError(f"{self.owner}: x.shape={shape}, but x.shape[-1] should be"
+                             f"{want or f' >= {self.rotary_dim}'} (x is (..., seq, dim))")
+        batch = tuple(self.cos.shape[:-1])
+        if not broadcasts_into(batch, shape[:-1]):
+            raise ValueError(f"{self.owner}: tables of positions {batch} do not broadcast against "
+                             f"x.shape[:-1]={shape[:-1]}")
+        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
+        cos, sin = self._cast(cdt)
+        return _delegation.rotate(x, cos, sin, rotary_dim=self.rotary_dim,
+                                  interleaved=self.interleaved, cdt=cdt, xp=xp)
+
+    def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
+        """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
+        return tuple(self.rotate(x) for x in xs)
+
+    def _cast(self, cdt: Any) -> tuple[Any, Any]:
+        """The tables in ``cdt``, passed through the compiler's fusion boundary; kept per dtype
+        in eager mode."""
+        have = self._casts.get(cdt)
+        if have is not None:
+            return have
+        ctx, xp = self._ctx, self._ctx.xp
+        cos, sin = self.cos, self.sin
+        if cos.dtype != cdt:
+            cos, sin = xp.astype(cos, cdt), xp.astype(sin, cdt)
+        cos, sin = _delegation.materialize(cos, sin, xp=xp)
+        if _delegation.cacheable(cos, ctx=ctx):
+            self._casts[cdt] = (cos, sin)
+        return cos, sin
+
+
+def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: Layout = "half") -> Any:
+    """``x`` rotated by half-width tables ``cos``/``sin`` ``(..., rotary_dim/2)`` (broadcasting
+    against ``x.shape[:-1]``) in ``layout``; features from ``rotary_dim`` on pass through.
+
+    The fast way for one tensor and tables of any source; for several tensors sharing tables
+    use :class:`RotaryTables` (it casts the tables once). Bit for bit
+    :func:`peregistry.rope.apply_rotation`, through the framework fast paths."""
+    return RotaryTables(cos, sin, layout=layout, owner="apply_rotary").rotate(x)

@@ -1,0 +1,115 @@
+"""The one place where the rope engine hands a call to a framework's own implementation.
+
+As array-api-extra's ``_delegation.py``: each function asks which namespace it got
+(``if is_torch_namespace(xp): ...``) and otherwise calls the generic Array API code of
+:mod:`._funcs`, which is the reference the fast paths are tested against (bit for bit). Fast
+paths never leak into the generic layer or into the backend adapters, which only hold what the
+standard lacks.
+
+* :func:`rotate` — the rotation: torch's C kernel / blocked / functional / DTensor paths
+  (:mod:`._torch`), else :func:`._funcs.apply_rotation`.
+* :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
+  ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
+* :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply` — the
+  questions the eager position table asks before it keeps or reads an array.
+
+:mod:`._torch` and :mod:`._jax` import their framework only inside their functions, so that
+importing the engine imports no framework.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from . import _jax, _torch
+from ._funcs import apply_rotation
+
+if TYPE_CHECKING:
+    from ..encoders.base import Ctx
+
+__all__ = [
+    "cache_scope",
+    "cacheable",
+    "int_bounds",
+    "materialize",
+    "reads_cheaply",
+    "rotate",
+]
+
+
+#: Module names of the namespaces, as array-api-compat's ``is_torch_namespace`` /
+#: ``is_jax_namespace`` test them. Compared here directly: those two are ``lru_cache``-wrapped,
+#: which Dynamo warns about when it traces a call (``torch.compile`` with warnings as errors).
+_TORCH_NAMES = frozenset({"torch", "array_api_compat.torch"})
+_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
+
+
+def _is_torch(xp: Any) -> bool:
+    return getattr(xp, "__name__", None) in _TORCH_NAMES
+
+
+def _is_jax(xp: Any) -> bool:
+    return getattr(xp, "__name__", None) in _JAX_NAMES
+
+
+def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
+           xp: Any, native: bool = True) -> Any:
+    """Rotate the pairs of ``x`` by half-width tables ``cos``/``sin`` (of dtype ``cdt``, which
+    the rotation runs in); the result has ``x``'s dtype. ``native=False`` forces the generic
+    rotation (the reference)."""
+    if native and _is_torch(xp):
+        return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
+    return apply_rotation(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt,
+                          xp=xp)
+
+
+def materialize(*arrays: Any, xp: Any) -> tuple[Any, ...]:
+    """The arrays, computed as they are rather than fused into their consumers by a tracing
+    compiler (for small tables that many elements of a larger array reuse); unchanged outside
+    a trace and on namespaces without such a compiler."""
+    if _is_torch(xp):
+        return _torch.materialize(*arrays)
+    if _is_jax(xp):
+        return _jax.materialize(*arrays)
+    return arrays
+
+
+def cacheable(x: Any, *, ctx: Ctx) -> bool:
+    """Whether an array the engine computed may be kept in an eager cache and reused by later
+    calls: not a tracer, nor tied to a mode (torch's inference tensors)."""
+    if ctx.backend.is_tracing(x):
+        return False
+    if _is_torch(ctx.xp):
+        return not _torch.is_inference(x)
+    return True
+
+
+def cache_scope(xp: Any) -> AbstractContextManager[Any]:
+    """Context in which arrays meant for an eager cache are computed (torch leaves inference
+    mode there, so a table made during inference also serves training)."""
+    if _is_torch(xp):
+        return _torch.cache_scope()
+    return nullcontext()
+
+
+def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be read
+    now (inside a trace)."""
+    if _is_torch(ctx.xp):
+        return _torch.int_bounds(x)
+    xp = ctx.xp
+    lo, hi = xp.min(x), xp.max(x)
+    if ctx.backend.is_tracing(lo):  # JAX stages even operations on concrete arrays in a trace
+        return None
+    return int(lo), int(hi)
+
+
+def reads_cheaply(x: Any, *, xp: Any) -> bool:
+    """Whether reading values of ``x`` on the host costs no device synchronization (the engine
+    may then look at them to pick a faster path)."""
+    if _is_torch(xp):
+        return bool(getattr(x, "is_cpu", True))
+    if _is_jax(xp):
+        return _jax.reads_cheaply(x)
+    return True

@@ -1,0 +1,147 @@
+"""The rotary mathematics as pure functions on Array API arrays: the reference of the engine.
+
+RoFormer (Su et al. 2021, arXiv:2104.09864, eq. 34) rotates each feature pair ``(a_i, b_i)`` of
+a query or key at position ``p`` by the angle ``p·ω_i``::
+
+    a_i' = a_i·cos(p·ω_i) - b_i·sin(p·ω_i),    b_i' = b_i·cos(p·ω_i) + a_i·sin(p·ω_i)
+
+Tables here are *half-width*: one ``cos``/``sin`` per pair, ``(..., rotary_dim/2)``, as
+:func:`peregistry.rope.cos_sin` computes them; :func:`full_width` spreads them over the
+features of a layout (the shape Hugging Face's ``cos``/``sin`` have). Every function takes arrays
+of any Array API namespace, never mutates them, and rounds each product and sum once (no fused
+multiply-add): the framework fast paths of :mod:`._delegation` must equal these bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "LAYOUTS",
+    "Layout",
+    "apply_rotation",
+    "full_width",
+    "half_width",
+    "inv_freq",
+    "rotate_every_two",
+    "rotate_half",
+    "rotate_half_layout",
+    "rotate_interleaved_layout",
+]
+
+#: Which features pair up: ``"half"`` pairs ``(i, i + d/2)`` (GPT-NeoX, Llama, Qwen),
+#: ``"interleaved"`` pairs ``(2i, 2i+1)`` (RoFormer, GPT-J, FLUX).
+Layout = Literal["half", "interleaved"]
+LAYOUTS: tuple[Layout, ...] = ("half", "interleaved")
+
+
+def _namespace(xp: Any, *arrays: Any) -> Any:
+    """``xp`` if given, else the namespace of ``arrays`` (array-api-compat's lookup)."""
+    if xp is not None:
+        return xp
+    from array_api_compat import array_namespace
+
+    return array_namespace(*arrays)
+
+
+def check_layout(layout: str) -> bool:
+    """``True`` for ``"interleaved"``, ``False`` for ``"half"``; anything else is an error."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
+    return layout == "interleaved"
+
+
+def inv_freq(rotary_dim: int, theta: float = 10000.0) -> np.ndarray[Any, Any]:
+    """RoFormer's inverse frequencies ``ω_i = θ^(-2i/d)``, ``i = 0 … d/2 - 1``, ``d =
+    rotary_dim`` (Su et al. 2021, eq. 15; Hugging Face's ``inv_freq``), as a float64 NumPy array:
+    host constants, correct to an ulp, that :class:`peregistry.rope.Frequencies` turns into
+    accurate angles on every backend."""
+    import numpy as np
+
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim <= 0 \
+            or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be a positive even integer, got {rotary_dim!r}")
+    if not (isinstance(theta, int | float) and math.isfinite(theta) and theta > 0
+            and theta != 1):
+        raise ValueError(f"theta must be a finite number > 0 (and != 1), got {theta!r}")
+    i2 = np.arange(0, rotary_dim, 2, dtype=np.float64)
+    return np.asarray(1.0 / np.power(float(theta), i2 / rotary_dim), dtype=np.float64)
+
+
+def full_width(half: Any, *, layout: Layout = "half", xp: Any = None) -> Any:
+    """A half-width table ``(..., h)`` spread over the ``2h`` features of ``layout``: the shape
+    of :meth:`RotaryEncoder.cos_sin <peregistry.RotaryEncoder.cos_sin>` and of Hugging Face's
+    ``cos``/``sin``."""
+    xp = _namespace(xp, half)
+    if check_layout(layout):
+        # [c0 c1] -> [c0 c0 c1 c1]
+        return xp.reshape(xp.stack((half, half), axis=-1), (*half.shape[:-1], 2 * half.shape[-1]))
+    # [c0 c1] -> [c0 c1 c0 c1]
+    return xp.concat((half, half), axis=-1)
+
+
+def half_width(full: Any, *, layout: Layout = "half") -> Any:
+    """The inverse of :func:`full_width`: one entry per pair of a full-width table ``(..., 2h)``
+    (a view where the namespace gives one)."""
+    h = full.shape[-1] // 2
+    if check_layout(layout):
+        # [c0 c0 c1 c1] -> [c0 c1]
+        return full[..., 0::2]
+    # [c0 c1 c0 c1] -> [c0 c1]
+    return full[..., :h]
+
+
+def rotate_half(x: Any, *, xp: Any = None) -> Any:
+    """Hugging Face's ``rotate_half`` (GPT-NeoX, Llama): each pair ``(i, i + d/2)`` turned by a
+    quarter, so that ``x·cos + rotate_half(x)·sin`` is the rotation with full-width tables."""
+    xp = _namespace(xp, x)
+    h = x.shape[-1] // 2
+    # x: [x0 x1 | x2 x3] -> [-x2 -x3 | x0 x1]
+    return xp.concat((-x[..., h:], x[..., :h]), axis=-1)
+
+
+def rotate_every_two(x: Any, *, xp: Any = None) -> Any:
+    """GPT-J's ``rotate_every_two`` (RoFormer, FLUX): each pair ``(2i, 2i+1)`` turned by a
+    quarter, the interleaved counterpart of :func:`rotate_half`."""
+    xp = _namespace(xp, x)
+    # x: [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
+    return xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
+
+
+def rotate_half_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
+    """Rotate pairs ``(i, i + h)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``."""
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    # x: [x0 x1 | x2 x3] -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, x3·c1 + x1·s1]
+    return xp.concat((a * cos - b * sin, b * cos + a * sin), axis=-1)
+
+
+def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
+    """Rotate pairs ``(2i, 2i+1)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``."""
+    pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    # x: [x0 x1 x2 x3] -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, x3·c1 + x2·s1]
+    return xp.reshape(xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-1), x.shape)
+
+
+def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
+                   xp: Any) -> Any:
+    """The generic (Array API) rotation, the reference for the framework fast paths.
+
+    ``cos``/``sin`` are ``(..., rotary_dim/2)`` per pair and broadcast against
+    ``x.shape[:-1]``; the rotation runs in ``cdt`` and the result is cast to ``x.dtype`` once.
+    Features from ``rotary_dim`` on pass through unchanged (partial rotary: GPT-NeoX, GPT-J,
+    Phi)."""
+    dim = x.shape[-1]
+    xc = x if x.dtype == cdt else xp.astype(x, cdt)
+    xr = xc[..., :rotary_dim] if rotary_dim < dim else xc
+    rotate = rotate_interleaved_layout if interleaved else rotate_half_layout
+    out = rotate(xr, cos, sin, xp=xp)
+    if rotary_dim < dim:
+        # x: [r0 r1 r2 r3 | p0 p1] -> [rotated r | p0 p1]
+        out = xp.concat((out, xc[..., rotary_dim:]), axis=-1)
+    return out if out.dtype == x.dtype else xp.astype(out, x.dtype)

@@ -1,0 +1,367 @@
+"""PyTorch fast paths of the rope engine, reached only through :mod:`._delegation`.
+
+Every path here is bit for bit the generic rotation of :mod:`._funcs` (Hugging Face's
+``q·cos + rotate_half(q)·sin``: two products and a sum, each rounded once), only faster:
+
+* the fused C kernel (:mod:`._kernel`) for plain, contiguous CPU tensors;
+* eager ``out=`` ops into one preallocated output, cache-blocked for large inputs;
+* the plain expression where autograd, forward AD, a tracer or a placeholder needs it;
+* a ``DTensor`` rotated shard by shard, without communication.
+
+Also the torch answers to the caching questions of the position table (inference mode, tracing,
+cheap host reads) and the fusion boundary used under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends._torch import is_placeholder, is_wrapped
+from ._kernel import broadcast_strides, gomp_parallel_address, load_kernel
+
+#: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
+#: stay in the last-level cache while the four passes over it run.
+BLOCK_ELEMENTS = 1 << 18
+
+
+# -- the custom op: a fusion boundary for inductor -------------------------------------------------
+@dataclass
+class _LazyOp:
+    """``peregistry::materialize``, defined on first eager use, once per process, under a lock:
+    two threads defining it at once make torch destroy the first ``Library`` object while the
+    second still registers into it. None until defined; it cannot be defined while Dynamo
+    traces."""
+
+    op: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self) -> Any:
+        if self.op is not None:
+            return self.op
+        import torch
+
+        if torch.compiler.is_compiling():
+            return None
+        with self.lock:
+            if self.op is None:
+                self.op = _define_materialize()
+        return self.op
+
+
+def _define_materialize() -> Any:
+    """A copy that inductor cannot see through, with the identity as its gradient."""
+    import torch
+
+    @torch.library.custom_op("peregistry::materialize", mutates_args=(),
+                             schema="(Tensor a) -> Tensor")
+    def materialize(a: torch.Tensor) -> torch.Tensor:
+        return a.clone()
+
+    @materialize.register_fake
+    def _(a: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(a)
+
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+    materialize.register_autograd(backward)
+    return materialize
+
+
+MATERIALIZE = _LazyOp()
+
+
+def materialize(*arrays: Any) -> tuple[Any, ...]:
+    """Under ``torch.compile``, the arrays passed through the opaque op (else unchanged):
+    inductor would otherwise fuse a cos/sin table into the elementwise rotation and recompute its
+    trigonometry for every head and batch element."""
+    import torch
+
+    if not torch.compiler.is_compiling():
+        MATERIALIZE.get()  # define it now, eagerly, for a later compile
+        return arrays
+    op = MATERIALIZE.get()
+    if op is None:  # never used eagerly before this trace
+        return arrays
+    return tuple(op(a) for a in arrays)
+
+
+# -- caching questions -------------------------------------------------------------------------
+def is_inference(x: Any) -> bool:
+    """An inference tensor: a cached table must not be one (training could not use it later)."""
+    return bool(hasattr(x, "is_inference") and x.is_inference())
+
+
+def cache_scope() -> AbstractContextManager[Any]:
+    """Leave inference mode while making a table for the cache, so it also serves training."""
+    import torch
+
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return nullcontext()
+
+
+def int_bounds(x: Any) -> tuple[int, int] | None:
+    """One pass (``aminmax``); torch stages nothing eagerly."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return None
+    lo, hi = torch.aminmax(x)
+    return int(lo), int(hi)
+
+
+# -- the rotation --------------------------------------------------------------------------------
+def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) -> Any:
+    """Torch rotation, bit for bit Hugging Face's ``q·cos + rotate_half(q)·sin``.
+
+    Under ``torch.compile`` (or with autograd) the plain expression, which inductor fuses into
+    one kernel. Eager: the C kernel where it applies, else ``out=`` ops into one preallocated
+    output (blocked for large inputs, see :func:`_rotate_blocked`).
+    """
+    import torch
+
+    if _is_dtensor(x):
+        return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
+    if (torch.compiler.is_compiling() or _forward_ad_active() or is_placeholder(x)
+            or (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
+                                             or sin.requires_grad))):
+        return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
+    MATERIALIZE.get()  # eager torch: define the op now, for a later torch.compile
+    out = _rotate_native(x, cos, sin, rotary_dim, interleaved)
+    if out is not None:
+        return out
+    out = torch.empty_like(x)
+    if rotary_dim < x.shape[-1]:
+        out[..., rotary_dim:] = x[..., rotary_dim:]
+    shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
+    if not shared or x.numel() < 2 * BLOCK_ELEMENTS:
+        _rotate_halves_into(x, cos, sin, out, rotary_dim, interleaved)
+    else:
+        _rotate_blocked(x, cos, sin, out, rotary_dim, interleaved)
+    return out
+
+
+def _rotate_functional(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool) -> Any:
+    """The plain expression (differentiable, traceable)."""
+    import torch
+
+    h = rotary_dim // 2
+    if interleaved:
+        a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+    else:
+        a, b = x[..., :h], x[..., h:rotary_dim]
+    o1 = a * cos - b * sin
+    o2 = b * cos + a * sin
+    rot = torch.stack((o1, o2), dim=-1).flatten(-2) if interleaved else torch.cat((o1, o2), dim=-1)
+    if rotary_dim < x.shape[-1]:
+        rot = torch.cat((rot, x[..., rotary_dim:].to(rot.dtype)), dim=-1)
+    return rot.to(x.dtype)
+
+
+def _rotate_into(x: Any, big_c: Any, big_s: Any, out: Any, tmp: Any, interleaved: bool) -> None:
+    """``out = x·C + swap(x)·S`` with ``swap`` exchanging the two members of each pair; every
+    product and the sum rounded once (no fused multiply-add), as HF's expression is."""
+    import torch
+
+    h = x.shape[-1] // 2
+    torch.mul(x, big_c, out=out)
+    if interleaved:
+        # x: [x0 x1 x2 x3] -> swap(x)·S = [-x1·s0, x0·s0, -x3·s1, x2·s1]
+        torch.mul(x[..., 1::2], big_s[..., 0::2], out=tmp[..., 0::2])
+        torch.mul(x[..., 0::2], big_s[..., 1::2], out=tmp[..., 1::2])
+    else:
+        # x: [x0 x1 | x2 x3] -> swap(x)·S = [-x2·s0, -x3·s1 | x0·s0, x1·s1]
+        torch.mul(x[..., h:], big_s[..., :h], out=tmp[..., :h])
+        torch.mul(x[..., :h], big_s[..., h:], out=tmp[..., h:])
+    out.add_(tmp)
+
+
+def _rotate_halves_into(x: Any, cos: Any, sin: Any, out: Any, rotary_dim: int,
+                        interleaved: bool) -> None:
+    """The unblocked eager rotation on half-width tables (few dispatches: small inputs, decode).
+    Two products and a sum, each rounded: bit for bit HF's ``q·cos + rotate_half(q)·sin``."""
+    import torch
+
+    h = rotary_dim // 2
+    if interleaved:
+        a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+    else:
+        a, b = x[..., :h], x[..., h:rotary_dim]
+        o1, o2 = out[..., :h], out[..., h:rotary_dim]
+    if x.dtype == cos.dtype:
+        t = torch.mul(b, sin)
+        torch.mul(a, cos, out=o1)
+        o1.sub_(t)
+        torch.mul(a, sin, out=t)
+        torch.mul(b, cos, out=o2)
+        o2.add_(t)
+    else:  # narrower x: float32 arithmetic (type promotion), one rounding into out
+        t = torch.mul(a, cos)
+        t.sub_(torch.mul(b, sin))
+        o1.copy_(t)
+        torch.mul(b, cos, out=t)
+        t.add_(torch.mul(a, sin))
+        o2.copy_(t)
+
+
+def _rotate_blocked(x: Any, cos: Any, sin: Any, out: Any, rotary_dim: int,
+                    interleaved: bool) -> None:
+    """``out = x·C + swap(x)·S`` with full-width tables ``C = [c, c]``, ``S = [-s, s]``
+    (negating ``s`` is exact), processed in cache-sized blocks (:data:`BLOCK_ELEMENTS`) of
+    ``rows`` sequence positions of ``group`` leading slices, so that the four passes run in cache
+    and main memory sees about one read of ``x`` and one write of the output, as a copy does.
+    bfloat16/float16 blocks are widened to float32 in cache and rounded once."""
+    import torch
+
+    dim, seq = x.shape[-1], x.shape[-2]
+    if interleaved:  # [c0 c0 c1 c1 ..], [-s0 s0 -s1 s1 ..]
+        big_c = torch.stack((cos, cos), dim=-1).flatten(-2)
+        big_s = torch.stack((-sin, sin), dim=-1).flatten(-2)
+    else:  # [c0 c1 .. c0 c1 ..], [-s0 -s1 .. s0 s1 ..]
+        big_c = torch.cat((cos, cos), dim=-1)
+        big_s = torch.cat((-sin, sin), dim=-1)
+    wide = big_c.dtype
+    big_c = big_c.expand(*big_c.shape[:-2], seq, rotary_dim).reshape(seq, rotary_dim)
+    big_s = big_s.expand(*big_s.shape[:-2], seq, rotary_dim).reshape(seq, rotary_dim)
+    n_lead = 1
+    for n in x.shape[:-2]:
+        n_lead *= int(n)
+    x3, o3 = x.reshape(n_lead, seq, dim), out.reshape(n_lead, seq, dim)
+    rows = max(1, min(seq, BLOCK_ELEMENTS // dim))
+    group = max(1, BLOCK_ELEMENTS // (seq * dim)) if rows == seq else 1
+
+    def scratch() -> Any:
+        return torch.empty((group, rows, rotary_dim), dtype=wide, device=x.device)
+
+    tmp = scratch()
+    same = x.dtype == wide
+    xw, ow = (None, None) if same else (scratch(), scratch())
+    for g0 in range(0, n_lead, group):
+        g1 = min(n_lead, g0 + group)
+        for s0 in range(0, seq, rows):
+            s1 = min(seq, s0 + rows)
+            xs, os_ = x3[g0:g1, s0:s1, :rotary_dim], o3[g0:g1, s0:s1, :rotary_dim]
+            c, sn, t = big_c[s0:s1], big_s[s0:s1], tmp[: g1 - g0, : s1 - s0]
+            if xw is None or ow is None:
+                _rotate_into(xs, c, sn, os_, t, interleaved)
+            else:
+                xb, ob = xw[: g1 - g0, : s1 - s0], ow[: g1 - g0, : s1 - s0]
+                xb.copy_(xs)
+                _rotate_into(xb, c, sn, ob, t, interleaved)
+                os_.copy_(ob)
+
+
+# -- the C kernel --------------------------------------------------------------------------------
+@dataclass
+class _KernelDtypes:
+    """torch dtype -> the kernel's dtype code (:data:`._kernel.DTYPE_CODES`), built on first use
+    (torch is imported by then)."""
+
+    codes: dict[Any, int] = field(default_factory=dict)
+
+    def code(self, dtype: Any) -> int | None:
+        if not self.codes:
+            import torch
+
+            self.codes.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
+        return self.codes.get(dtype)
+
+
+KERNEL_DTYPES = _KernelDtypes()
+
+
+def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool) -> Any | None:
+    """The rotation by the fused C kernel: one pass over memory on ``torch.get_num_threads()``
+    threads, bit for bit the eager expression. None when it does not apply (kernel not built or
+    switched off, not a CPU tensor, not C-contiguous, a dtype it lacks, tables that need more
+    than broadcasting)."""
+    import torch
+
+    kernel = load_kernel()
+    if kernel is None:
+        return None
+    xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
+    if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
+            or (xcode == 1 and wcode == 0)  # float64 x rotates in float64 (type promotion)
+            or not (_plain(x) and _plain(cos) and _plain(sin))
+            or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
+            or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
+            or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
+            or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):
+        return None
+    lead = tuple(x.shape[:-1])
+    cstr = broadcast_strides(tuple(cos.shape), cos.stride(), lead)
+    sstr = broadcast_strides(tuple(sin.shape), sin.stride(), lead)
+    if cstr is None or sstr is None:
+        return None
+    threads = torch.get_num_threads()
+    gomp = torch_gomp() if threads > 1 else 0
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
+                  x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
+    return out
+
+
+def _plain(t: Any) -> bool:
+    """A real tensor with its own memory: not a subclass (FakeTensor, DTensor, ...), not a
+    functionalization or functorch (vmap, grad) wrapper, whose ``data_ptr`` is no buffer."""
+    import torch
+
+    return type(t) is torch.Tensor and not is_wrapped(t)
+
+
+def _forward_ad_active() -> bool:
+    """Inside ``torch.autograd.forward_ad.dual_level()``: dual tensors need the plain
+    expression (the ``out=`` ops and the kernel would drop their tangents)."""
+    import sys
+
+    fwad = sys.modules.get("torch.autograd.forward_ad")
+    return fwad is not None and getattr(fwad, "_current_level", -1) >= 0
+
+
+def torch_gomp() -> int:
+    """``GOMP_parallel`` of the OpenMP runtime torch's intra-op threads belong to (0: none, use
+    POSIX threads). Only when ATen's parallel backend is OpenMP (the default on Linux)."""
+    import torch
+
+    if torch._C.has_openmp:
+        return gomp_parallel_address(os.path.dirname(torch.__file__))
+    return 0
+
+
+# -- DTensor ---------------------------------------------------------------------------------------
+def _is_dtensor(x: Any) -> bool:
+    import sys
+
+    mod = sys.modules.get("torch.distributed.tensor")
+    return mod is not None and isinstance(x, mod.DTensor)
+
+
+def _rotate_dtensor(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) -> Any:
+    """A ``DTensor`` (sharded on batch, heads or sequence): each rank rotates its local block
+    with the matching rows of the (replicated, plain) tables; no communication. The pair axis
+    must not be sharded."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if _is_dtensor(cos) or _is_dtensor(sin):
+        raise TypeError("rotate: positions must be a plain tensor (or None) when x is a DTensor")
+    if any(isinstance(p, Shard) and p.dim % x.ndim == x.ndim - 1 for p in x.placements):
+        raise ValueError(f"rotate: x is a DTensor sharded on its last (dim) axis "
+                         f"{x.placements}; rotation mixes pairs across that axis, shard batch, "
+                         f"heads or sequence instead")
+    shape = (*x.shape[:-1], cos.shape[-1])
+    local_shape, offsets = compute_local_shape_and_global_offset(shape, x.device_mesh,
+                                                                 x.placements)
+    index = tuple(slice(o, o + n) for o, n in zip(offsets[:-1], local_shape[:-1], strict=True))
+    c, s = cos.expand(shape)[index], sin.expand(shape)[index]
+    local = rotate(x.to_local(), c, s, rotary_dim=rotary_dim, interleaved=interleaved)
+    return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
+                              shape=x.shape, stride=x.stride())
+

@@ -1,0 +1,319 @@
+"""The base class of rotary encoders: ``rotate(x, positions)`` reads validate → table → apply.
+
+* **validate** (:meth:`RotaryEncoder._rotate_call`): the caller's namespace, device and dtypes,
+  ``x``'s shape, ``offset`` and ``positions``; the dtype to rotate in.
+* **table** (:meth:`RotaryEncoder._rotation_tables`): half-width ``(cos, sin)`` from the eager
+  caches (:mod:`._table_cache`) or computed by the subclass's one hook, :meth:`_half_cos_sin`.
+* **apply**: the rotation of the encoder's layout, through the one framework dispatch
+  (:func:`._delegation.rotate`).
+
+:meth:`RotaryEncoder.tables` stops after the table step and returns a :class:`RotaryTables` that
+rotates any number of tensors (FLUX-style models build the tables once per forward).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..encoders.base import Ctx, Encoder, resolve_dtype
+from . import _delegation
+from ._apply import RotaryTables
+from ._funcs import Layout, full_width
+from ._table_cache import OffsetKey, TableCache, TableUse, broadcasts_into, gather_rows, table_rows
+
+__all__ = ["RotaryEncoder"]
+
+
+@dataclass(slots=True)
+class _Call:
+    """One validated :meth:`RotaryEncoder.rotate` call."""
+
+    ctx: Ctx
+    x: Any
+    positions: Any  # validated positions, or None for ``offset + arange(seq)``
+    offset: Any  # a Python int or an array
+    seq_len: int | None
+    tracing: bool
+    cdt: Any  # the dtype the rotation runs in
+
+
+class RotaryEncoder(Encoder):
+    """Rotates query/key features by position-dependent angles (RoPE and relatives).
+
+    Feature pairs ``(a_i, b_i)`` of the first ``rotary_dim`` features are rotated by the angle
+    ``θ_i(p)`` of their position (RoFormer, Su et al. 2021, arXiv:2104.09864, eq. 34)::
+
+        a_i' = a_i·cos θ_i - b_i·sin θ_i,    b_i' = b_i·cos θ_i + a_i·sin θ_i
+
+    scaled by an attention factor where a scaling type asks for one. Which features pair up is
+    the ``layout``: ``"half"`` pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX, Llama),
+    ``"interleaved"`` pairs ``(2i, 2i+1)`` (RoFormer, GPT-J); features past ``rotary_dim`` pass
+    through unchanged.
+
+    The public methods live here. A subclass provides the angles through one private hook,
+    :meth:`_half_cos_sin` (``cos θ_i``, ``sin θ_i`` per pair, for given positions, in
+    ``ctx.wide``), and may change how positions look (:meth:`_position_batch_shape`,
+    :meth:`_default_positions`, e.g. M-RoPE's ``(len(sections), ...)`` positions); the rotation
+    itself is shared (:mod:`peregistry.rope`).
+
+    Angles and tables are computed in ``ctx.wide`` (float64 where the backend has it, else
+    float32 with exact range reduction); the rotation runs in ``x``'s dtype for float32/float64
+    inputs and in float32 for narrower ones (bfloat16, float16), with one cast at the end.
+    Tables for ``positions=None`` and an integer ``offset`` are cached per encoder in eager mode
+    (never while tracing under ``jax.jit`` / ``torch.compile``).
+    """
+
+    kind = "rotary"
+    continuous = True
+    __slots__ = ("_table_cache",)
+    _table_cache: TableCache
+
+    #: Upper bound on cached eager-mode cos/sin tables per encoder.
+    _TABLE_CACHE_SIZE: ClassVar[int] = 16
+    #: Bytes the cos and sin position tables together may take (per device and dtype).
+    _POSITION_TABLE_BYTES: ClassVar[int] = 32 << 20
+    #: Declared (in its own body) by a subclass that overrides :meth:`_default_positions` when
+    #: the tables of ``positions=None, offset=o`` are still rows ``o..o+seq-1`` of the tables of
+    #: ``0..n-1``, so that the position table may serve them (M-RoPE: its text positions are one
+    #: position per token). Classes keeping ours need not; see :class:`._table_cache.TableUse`.
+    _offset_rows_are_positions: ClassVar[bool] = False
+    #: Which position-table shortcuts this class may take (decided once per class).
+    _table_use: ClassVar[TableUse] = TableUse(offset_rows=True, position_ids=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._table_use = TableUse.of(cls, RotaryEncoder)
+
+    def __init__(self, **options: Any) -> None:
+        # Before the options are validated: a subclass's _validate may already compute tables.
+        object.__setattr__(self, "_table_cache", TableCache())
+        super().__init__(**options)
+
+    # -- what a subclass may override ----------------------------------------------------------
+    def _head_dim(self) -> int:
+        """Length of the feature axis ``x.shape[-1]`` (the ``dim`` option)."""
+        return int(self._values["dim"])
+
+    def _rotary_dim(self) -> int:
+        """How many leading features are rotated (``rotary_dim`` option, default ``dim``)."""
+        rd = self._values.get("rotary_dim")
+        return self._head_dim() if rd is None else int(rd)
+
+    def _interleaved(self) -> bool:
+        """True if pairs are ``(2i, 2i+1)``, False for ``(i, i + rotary_dim/2)``."""
+        return bool(self._values.get("layout", "half") == "interleaved")
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor on ``cos`` and ``sin`` (1.0 unless a scaling type sets one)."""
+        return 1.0
+
+    def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
+        """How the angles depend on the sequence length: ``("none", ())``, ``("piecewise",
+        breakpoints)`` or ``("continuous", ())`` (see :mod:`peregistry.rope.scalings`)."""
+        return "none", ()
+
+    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
+        """The shape positions contribute to the output's leading axes."""
+        return tuple(positions.shape)
+
+    def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
+        """Positions for ``positions=None``: ``offset + arange(seq)``."""
+        xp = ctx.xp
+        if isinstance(offset, int):
+            return xp.arange(offset, offset + seq, device=ctx.device)
+        ar = xp.arange(seq, dtype=offset.dtype, device=ctx.device)
+        return offset + ar
+
+    def text_positions(self, positions: Any) -> Any:
+        """Positions for tokens at the scalar ``positions`` (text): the positions themselves;
+        multi-axis encoders (M-RoPE) put one copy per axis in front."""
+        return positions
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,
+        rotary_dim/2)`` in ``ctx.wide``, for the sequence length ``seq_len`` (None: unknown)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _half_cos_sin")
+
+    # -- public methods ------------------------------------------------------------------------
+    def cos_sin(self, positions: Any, *, dtype: Any = None,
+                seq_len: int | None = None) -> tuple[Any, Any]:
+        """``(cos, sin)``, each ``(*positions.shape, rotary_dim)`` in the encoder's layout
+        (``[c0 .. c_{h-1} c0 .. c_{h-1}]`` for half, ``[c0 c0 c1 c1 ..]`` for interleaved),
+        attention factor included, of ``dtype`` (default: the namespace's default float).
+
+        ``seq_len`` matters only for scalings that depend on the sequence length (``dynamic``,
+        ``longrope``); omitted, it is ``max(positions) + 1`` as in Hugging Face (read from the
+        data in eager mode; under ``jax.jit``/``torch.compile`` piecewise scalings select on
+        device and ``dynamic`` asks for it).
+        """
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        layout: Layout = "interleaved" if self._interleaved() else "half"
+        xp = ctx.xp
+        cos, sin = full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
+        return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
+
+    def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
+               params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
+        """``x`` rotated at ``positions``: same shape, dtype, namespace and device as ``x``.
+
+        :param x: ``(..., seq, dim)`` queries or keys (any real floating dtype).
+        :param positions: broadcasts against ``x.shape[:-1]`` (shared ``(seq,)``, per batch
+            ``(batch, 1, seq)``, ...); integer or real. ``None`` means ``offset + arange(seq)``.
+        :param offset: int or integer array added to ``arange(seq)`` when ``positions`` is None
+            (the number of cached tokens while decoding).
+        :param params: must be None (rotary encoders have no learned parameters).
+        :param seq_len: sequence length for ``dynamic``/``longrope`` scaling (see
+            :meth:`cos_sin`); with ``positions=None`` and an int ``offset`` it defaults to
+            ``offset + seq``, known without looking at data.
+        """
+        return self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
+                            native=True)
+
+    def tables(self, positions: Any, *, seq_len: int | None = None) -> RotaryTables:
+        """The half-width tables of ``positions``, computed once, as a :class:`RotaryTables`
+        whose ``rotate(x)`` / ``rotate_all(q, k, ...)`` equal ``self.rotate(x, positions)`` bit
+        for bit without recomputing them: build them once per forward, use them in every
+        block. ``positions`` and ``seq_len`` as for :meth:`rotate`."""
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        return RotaryTables(cos, sin, layout="interleaved" if self._interleaved() else "half",
+                            head_dim=self._head_dim(), owner=self.name, ctx=ctx)
+
+    # -- machinery -----------------------------------------------------------------------------
+    def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
+                seq_len: int | None, native: bool) -> Any:
+        """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
+        reference the conformance suite compares framework fast paths with)."""
+        call = self._rotate_call(x, positions, offset, params, seq_len)
+        cos, sin = self._rotation_tables(call)
+        return _delegation.rotate(call.x, cos, sin, rotary_dim=self._rotary_dim(),
+                                  interleaved=self._interleaved(), cdt=call.cdt, xp=call.ctx.xp,
+                                  native=native)
+
+    def _rotate_call(self, x: Any, positions: Any, offset: Any,
+                     params: Mapping[str, Any] | None, seq_len: int | None) -> _Call:
+        """Validate the arguments of :meth:`rotate` (the errors name what is wrong)."""
+        if offset is None or isinstance(offset, bool | str | bytes):
+            raise TypeError(f"{self.name}: offset must be an int, a real number or an "
+                            f"integer/real array, got {offset!r}")
+        offset_arr = None if isinstance(offset, int) else offset
+        ctx, (x, pos, offset_arr) = self._context(x, positions, offset_arr)
+        self._check_params(params, ctx)
+        xp = ctx.xp
+        if not xp.isdtype(x.dtype, "real floating"):
+            raise TypeError(f"{self.name}: x must have a real floating dtype, got {x.dtype}")
+        dim, xshape = self._head_dim(), tuple(x.shape)
+        if len(xshape) == 0 or xshape[-1] != dim:
+            raise ValueError(f"{self.name}: x.shape={xshape}, but x.shape[-1] should be dim="
+                             f"{dim} (x is (..., seq, dim))")
+        seq_len = self._check_seq_len(seq_len)
+        tracing = ctx.backend.is_tracing(x) or any(
+            a is not None and ctx.backend.is_tracing(a) for a in (pos, offset_arr))
+        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
+        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
+        if pos is None:
+            if len(xshape) < 2:
+                raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
+                                 f"(..., seq, dim), or pass positions")
+            if offset_arr is not None:
+                self._positions(offset_arr, ctx, what="offset")
+                offset = offset_arr
+        else:
+            if offset_arr is not None or offset != 0:
+                raise ValueError(f"{self.name}: offset={offset!r} is only used with "
+                                 f"positions=None; add it to the positions instead")
+            pos = self._positions(pos, ctx)
+        return _Call(ctx, x, pos, offset, seq_len, tracing, cdt)
+
+    def _rotation_tables(self, call: _Call) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` of dtype ``call.cdt`` for a validated call: rows of the
+        position table, cached offset tables, or computed (and cached where allowed)."""
+        ctx, xshape, cdt = call.ctx, tuple(call.x.shape), call.cdt
+        static_len, key, pos = None, None, call.positions
+        if pos is None:
+            if isinstance(call.offset, int):
+                static_len = call.offset + xshape[-2]
+                if not call.tracing:  # decoding: rows of the position table, before other work
+                    rows = table_rows(self, call.offset, xshape[-2], ctx=ctx, cdt=cdt)
+                    if rows is not None:
+                        return rows
+                    key = OffsetKey(call.offset, xshape[-2], call.seq_len, str(ctx.device), cdt)
+                    cached = self._table_cache.offsets.get(key)
+                    if cached is not None:
+                        return cached
+            pos = self._default_positions(xshape[-2], call.offset, ctx=ctx)
+        elif not call.tracing and type(self)._table_use.position_ids:
+            gathered = gather_rows(self, pos, xshape, ctx=ctx, cdt=cdt)
+            if gathered is not None:
+                return gathered
+        batch = self._position_batch_shape(pos)
+        if not broadcasts_into(batch, xshape[:-1]):
+            raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
+                             f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
+                             f"(batch, 1, seq)")
+        cos, sin = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,
+                               static_len=static_len)
+        # One table per position, shared by every head: a compiler must not recompute it for
+        # each element of x (XLA would fuse it into the rotation loop).
+        xp = ctx.xp
+        cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
+        if key is not None and _delegation.cacheable(cos, ctx=ctx):
+            self._table_cache.keep_offset(key, (cos, sin), limit=self._TABLE_CACHE_SIZE)
+        return cos, sin
+
+    def _check_seq_len(self, seq_len: Any) -> int | None:
+        if seq_len is None:
+            return None
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int):
+            try:
+                import operator
+
+                seq_len = operator.index(seq_len)
+            except TypeError:
+                raise TypeError(f"{self.name}: seq_len must be None or a Python int (the "
+                                f"sequence length, static under jit), got {seq_len!r}") from None
+        if seq_len < 0:
+            raise ValueError(f"{self.name}: seq_len must be >= 0, got {seq_len}")
+        return int(seq_len)
+
+    def _table(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
+               static_len: int | None) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
+        dependence, breakpoints = self._seq_len_dependence()
+        if dependence == "none":
+            return self._half_cos_sin(pos, ctx=ctx, seq_len=None)
+        if seq_len is None:
+            seq_len = static_len
+        if seq_len is None and not tracing:
+            size = 1
+            for n in pos.shape:
+                size *= int(n)
+            if size:
+                seq_len = math.floor(float(ctx.xp.max(pos))) + 1
+        if seq_len is not None or not tracing:
+            return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
+        if dependence == "piecewise":
+            xp = ctx.xp
+            s = xp.max(pos) + 1
+            cos, sin = self._half_cos_sin(pos, ctx=ctx, seq_len=breakpoints[0] if breakpoints
+                                          else None)
+            for t in breakpoints:
+                c, si = self._half_cos_sin(pos, ctx=ctx, seq_len=t + 1)
+                cos = xp.where(s > t, c, cos)
+                sin = xp.where(s > t, si, sin)
+            return cos, sin
+        raise ValueError(
+            f"{self.name}: this scaling depends on the sequence length, which cannot be read "
+            f"from traced positions (jax.jit / torch.compile); pass seq_len=<int> (Hugging "
+            f"Face uses max(positions) + 1), or positions=None with an int offset"
+        )

@@ -1,0 +1,210 @@
+"""Base classes that rotary families are built from: :class:`ScaledRotary` (RoFormer frequencies
+with a ``scaling`` option, the base of ``rotary`` and ``mrope``) and :class:`MultiAxisRotary`
+(one position per axis, positions ``(num_axes, ...)``: M-RoPE, N-D axial RoPE).
+
+A new rotary family is a subclass of one of them (or of :class:`RotaryEncoder` itself) in its own
+module, plus an entry point; see ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._options import freeze, thaw
+from ._angles import Frequencies, cos_sin
+from ._funcs import inv_freq
+from .encoder import RotaryEncoder
+
+if TYPE_CHECKING:
+    from ..encoders.base import Ctx
+    from .scalings import RopeScaling
+
+__all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
+
+#: Frequencies kept per encoder for sequence-length dependent scalings (dynamic NTK: one entry
+#: per sequence length seen).
+_MAX_FREQUENCY_ENTRIES = 64
+
+
+@dataclass(slots=True)
+class ScalingState:
+    """The resolved ``scaling`` option of one encoder and its host constants (never part of its
+    identity): the scaling type (None without scaling), its complete parameters, the attention
+    factor, and the :class:`Frequencies` per sequence-length key of the scaling type."""
+
+    scaling: RopeScaling | None
+    params: dict[str, Any]
+    attention_factor: float
+    frequencies: dict[Any, Frequencies] = field(default_factory=dict)
+
+
+class ScaledRotary(RotaryEncoder):
+    """Base of rotary encoders with RoFormer frequencies ``ω_i = θ^(-2i/d)`` and a ``scaling``
+    option (``rotary``, ``mrope``): resolves and validates the scaling type, computes the host
+    frequencies per sequence length (cached), the attention factor, and ``_half_cos_sin``.
+
+    Subclasses declare the options ``dim``, ``theta`` and ``scaling`` (and ``rotary_dim`` if
+    they have partial rotary) and call ``super()._validate()`` from their ``_validate``.
+    """
+
+    __slots__ = ("_scaled",)
+    _scaled: ScalingState
+
+    def _validate(self) -> None:
+        from .scalings import resolve_scaling
+
+        raw = self._values["scaling"]
+        rd, theta = self._rotary_dim(), self._values["theta"]
+        obj, normalised = resolve_scaling(self.name, thaw(raw) if raw is not None else None,
+                                          rotary_dim=rd, theta=theta)
+        self._values["scaling"] = freeze(normalised) if normalised is not None else None
+        params = {k: v for k, v in (normalised or {}).items() if k != "type"}
+        factor = 1.0 if obj is None else float(obj.attention_factor(rd, theta, params))
+        object.__setattr__(self, "_scaled", ScalingState(obj, params, factor))
+        # Host constants for every seq_len the traced code may ask for without a seq_len,
+        # computed now (eagerly): torch.compile would otherwise trace the NumPy code.
+        self._frequencies(None)
+        for t in self._seq_len_dependence()[1]:
+            self._frequencies(t + 1)
+
+    # -- frequencies -----------------------------------------------------------------------------
+    @property
+    def _scaling(self) -> RopeScaling | None:
+        return self._scaled.scaling
+
+    def _scaling_params(self) -> dict[str, Any]:
+        return self._scaled.params
+
+    def inv_freq(self, seq_len: int | None = None) -> Any:
+        """The ``rotary_dim/2`` angular frequencies ``ω_i`` (scaling applied) as a float64
+        NumPy array, for sequence length ``seq_len`` where the scaling depends on it."""
+        import numpy as np
+
+        return np.asarray(self._frequencies(seq_len).omega, dtype=np.float64)
+
+    def _frequencies(self, seq_len: int | None) -> Frequencies:
+        """The host :class:`Frequencies` for ``seq_len``, cached per key of the scaling type."""
+        state = self._scaled
+        sc = state.scaling
+        key = None if sc is None else sc.seq_len_key(state.params, seq_len)
+        freqs = state.frequencies.get(key)
+        if freqs is None:
+            import numpy as np
+
+            rd, theta = self._rotary_dim(), float(self._values["theta"])
+            if sc is None:
+                omega = inv_freq(rd, theta)
+            else:
+                omega = np.asarray(sc.inv_freq(rd, theta, state.params, seq_len),
+                                   dtype=np.float64)
+                if omega.shape != (rd // 2,) or not np.all(np.isfinite(omega)):
+                    raise ValueError(
+                        f"{self.name}: scaling {sc.name!r} returned inv_freq of shape "
+                        f"{omega.shape}, but should be ({rd // 2},) finite values"
+                    )
+            freqs = Frequencies.from_omega(omega)
+            if len(state.frequencies) > _MAX_FREQUENCY_ENTRIES:
+                state.frequencies.pop(next(iter(state.frequencies)))
+            state.frequencies[key] = freqs
+        return freqs
+
+    @property
+    def attention_factor(self) -> float:
+        """The factor Hugging Face calls ``attention_scaling``, applied to ``cos`` and ``sin``."""
+        return float(self._scaled.attention_factor)
+
+    def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
+        sc = self._scaling
+        if sc is None:
+            return "none", ()
+        dep = sc.seq_len_dependence
+        return dep, (sc.seq_len_breakpoints(self._scaling_params()) if dep == "piecewise" else ())
+
+    # -- the hook ----------------------------------------------------------------------------------
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        cos, sin = cos_sin(positions, self._frequencies(seq_len), ctx=ctx)
+        af = self.attention_factor
+        if af != 1.0 and math.isfinite(af):
+            cos, sin = cos * af, sin * af
+        return cos, sin
+
+
+class MultiAxisRotary(RotaryEncoder):
+    """Base of rotary encoders with one position per axis: ``positions`` is ``(num_axes, ...)``
+    and each frequency pair turns with the position of the axis it belongs to (M-RoPE of
+    Qwen2-VL, N-D axial RoPE of FLUX/EVA-02).
+
+    A subclass says how many axes there are (:attr:`num_axes`) and, per axis, the frequencies of
+    its pairs (:meth:`_axis_frequencies`); where the pairs of one axis are not contiguous it
+    also gives :meth:`_pair_order`. ``positions=None`` (text tokens) puts every axis at
+    ``offset + arange(seq)``, so decoding text reads rows of the position table.
+    """
+
+    __slots__ = ()
+    _offset_rows_are_positions = True  # text positions: one position per token, on every axis
+
+    @property
+    def num_axes(self) -> int:
+        """How many position rows ``positions`` has."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define num_axes")
+
+    def _axes_description(self) -> str:
+        """What the axes are, for error messages (e.g. ``sections=(16, 24, 24)``)."""
+        return f"{self.num_axes} axes"
+
+    def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
+        """Per axis, the :class:`Frequencies` of its pairs (in feature order within the axis);
+        an axis may have none."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _axis_frequencies")
+
+    def _pair_order(self) -> tuple[int, ...] | None:
+        """The permutation that puts the pairs, grouped by axis (axis 0's first), in feature
+        order: entry ``i`` is the grouped index of pair ``i``. None (the default) when the
+        groups are already in order (contiguous bands)."""
+        return None
+
+    # -- positions are (num_axes, ...) -----------------------------------------------------------
+    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
+        shape = tuple(positions.shape)
+        if len(shape) == 0 or shape[0] != self.num_axes:
+            raise ValueError(
+                f"{self.name}: positions.shape={shape}, but should be ({self.num_axes}, ...): "
+                f"one row per axis of {self._axes_description()}"
+            )
+        return shape[1:]
+
+    def text_positions(self, positions: Any) -> Any:
+        """Text tokens: every axis at the same position, ``(num_axes, *positions.shape)``."""
+        ctx, (p,) = self._context(positions)
+        return ctx.xp.stack([p] * self.num_axes, axis=0)
+
+    def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
+        """Text only: every axis at ``offset + arange(seq)``."""
+        pos = super()._default_positions(seq, offset, ctx=ctx)
+        return ctx.xp.stack([pos] * self.num_axes, axis=0)
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """Each axis's positions turn by that axis's own frequencies: exactly RoPE's angles
+        ``p·ω_i`` pair by pair, computed once per pair."""
+        xp = ctx.xp
+        self._position_batch_shape(positions)
+        parts = [cos_sin(positions[ax, ...], freqs, ctx=ctx)
+                 for ax, freqs in enumerate(self._axis_frequencies(seq_len)) if len(freqs)]
+        cos = xp.concat([c for c, _ in parts], axis=-1) if len(parts) > 1 else parts[0][0]
+        sin = xp.concat([s for _, s in parts], axis=-1) if len(parts) > 1 else parts[0][1]
+        order = self._pair_order()
+        if order is not None:
+            perm = xp.asarray(list(order), device=ctx.device)
+            cos, sin = xp.take(cos, perm, axis=-1), xp.take(sin, perm, axis=-1)
+        af = self.attention_factor
+        if af != 1.0:
+            cos, sin = cos * af, sin * af
+        return cos, sin
+
+    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
+        """Distinct positions per axis, as for an image patch grid after some text."""
+        import numpy as np
+
+        return np.asarray(rng.integers(0, 1024, size=(self.num_axes, *shape)), dtype=np.int64)

@@ -1,0 +1,270 @@
+"""The public rope engine (:mod:`peregistry.rope`): each pure function against an independent float64
+formula, the fast application (:func:`apply_rotary`, :class:`RotaryTables`, the framework
+dispatch) against the generic reference bit for bit, on every selected backend; the base classes
+plugins build on; the dispatch living in the engine, not in the backend adapters."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import peregistry as per
+from peregistry import rope
+from peregistry.testing._core import selected_backends
+
+SELECTED = [b.name for b in selected_backends()]
+
+
+def _arr(backend: Any, a: np.ndarray, dtype: str = "float32") -> Any:
+    return backend.from_numpy(a, dtype=backend.float_dtypes()[dtype])
+
+
+def ref_rotate64(x: np.ndarray, angles: np.ndarray, *, rotary_dim: int, interleaved: bool) -> Any:
+    """Independent float64 reference: a 2x2 rotation matrix per pair, applied pair by pair."""
+    x = np.asarray(x, dtype=np.float64)
+    out = x.copy()
+    h = rotary_dim // 2
+    for i in range(h):
+        ia, ib = (2 * i, 2 * i + 1) if interleaved else (i, i + h)
+        c, s = np.cos(angles[..., i]), np.sin(angles[..., i])
+        a, b = x[..., ia], x[..., ib]
+        out[..., ia] = c * a - s * b
+        out[..., ib] = s * a + c * b
+    return out
+
+
+# -- the pure functions ------------------------------------------------------------------------
+@pytest.mark.parametrize(("d", "theta"), [(2, 10000.0), (64, 10000.0), (128, 500000.0), (6, 3.5)])
+def test_inv_freq_is_roformer_and_the_scalings_base(d: int, theta: float) -> None:
+    from peregistry.encoders.rope_scaling import base_inv_freq
+
+    got = rope.inv_freq(d, theta)
+    assert got.dtype == np.float64 and got.shape == (d // 2,)
+    want = np.array([theta ** (-2.0 * i / d) for i in range(d // 2)])
+    np.testing.assert_allclose(got, want, rtol=4e-16, atol=0)
+    np.testing.assert_array_equal(got, base_inv_freq(d, theta))
+    np.testing.assert_array_equal(got, per.get_encoder("rotary", dim=d, theta=theta).inv_freq())
+
+
+@pytest.mark.parametrize(("args", "pattern"), [
+    ((0, 1e4), "rotary_dim must be a positive even integer"), ((5, 1e4), "got 5"),
+    ((True, 1e4), "got True"), ((8, 1.0), "theta must be a finite number > 0"),
+    ((8, -2.0), "got -2.0"), ((8, float("inf")), "got inf"),
+])
+def test_inv_freq_rejects_bad_arguments(args: tuple[Any, Any], pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        rope.inv_freq(*args)
+
+
+def test_layout_functions_on_numpy_by_hand() -> None:
+    half = np.array([[1.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(rope.full_width(half), [[1, 2, 3, 1, 2, 3]])
+    np.testing.assert_array_equal(rope.full_width(half, layout="interleaved"),
+                                  [[1, 1, 2, 2, 3, 3]])
+    for layout in rope.LAYOUTS:
+        np.testing.assert_array_equal(rope.half_width(rope.full_width(half, layout=layout),
+                                                      layout=layout), half)
+    x = np.array([0.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(rope.rotate_half(x), [-2, -3, 0, 1])
+    np.testing.assert_array_equal(rope.rotate_every_two(x), [-1, 0, -3, 2])
+    with pytest.raises(ValueError, match="layout must be one of 'half', 'interleaved', got 'neox'"):
+        rope.full_width(half, layout="neox")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rotary_dim", [16, 10])
+def test_apply_rotation_is_the_float64_formula(backend: Any, interleaved: bool,
+                                               rotary_dim: int) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 5, 16))
+    ang = rng.uniform(-7, 7, (5, rotary_dim // 2))
+    wide = "float64" if "float64" in backend.float_dtypes() else "float32"
+    xp = backend.namespace()
+    xb, c, s = _arr(backend, x, wide), _arr(backend, np.cos(ang), wide), _arr(backend, np.sin(ang),
+                                                                            wide)
+    got = rope.apply_rotation(xb, c, s, rotary_dim=rotary_dim, interleaved=interleaved,
+                              cdt=xb.dtype, xp=xp)
+    tol = 1e-12 if wide == "float64" else 2e-6
+    np.testing.assert_allclose(backend.to_numpy(got), ref_rotate64(
+        x, ang, rotary_dim=rotary_dim, interleaved=interleaved), rtol=0, atol=tol)
+    layout = "interleaved" if interleaved else "half"
+    public = rope.apply_rotary(xb, c, s, layout=layout)
+    np.testing.assert_array_equal(backend.to_numpy(public), backend.to_numpy(got))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_hf_expression_with_full_width_tables_is_the_rotation(layout: str) -> None:
+    """``x·cos + rotate_pairs(x)·sin`` on full-width tables (Hugging Face / GPT-J) equals the
+    pairwise rotation bit for bit: negation is exact, and each product and sum rounds once."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 7, 8)).astype(np.float32)
+    ang = rng.uniform(-5, 5, (7, 4))
+    c, s = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    swap = rope.rotate_every_two if layout == "interleaved" else rope.rotate_half
+    hf = x * rope.full_width(c, layout=layout) + swap(x) * rope.full_width(s, layout=layout)  # type: ignore[arg-type]
+    import array_api_compat.numpy as xp
+
+    ours = rope.apply_rotation(x, c, s, rotary_dim=8, interleaved=layout == "interleaved",
+                               cdt=np.float32, xp=xp)
+    np.testing.assert_array_equal(hf, ours)
+
+
+# -- the fast application ------------------------------------------------------------------------
+@pytest.mark.parametrize("opts", [
+    {"dim": 32}, {"dim": 32, "layout": "interleaved", "rotary_dim": 16},
+    {"dim": 32, "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_tables_rotate_equals_rotate_bit_for_bit(backend: Any, opts: dict[str, Any],
+                                                 dtype: str) -> None:
+    if dtype not in backend.float_dtypes():
+        pytest.skip(f"{backend.name} has no {dtype}")
+    enc = per.get_encoder("rotary", **opts)
+    rng = np.random.default_rng(3)
+    ids = backend.from_numpy(np.array([[[0, 5, 4097, 9]], [[2, 2, 1, 70000]]]))  # (2, 1, 4)
+    q, k = (_arr(backend, rng.standard_normal((2, 3, 4, 32)), dtype) for _ in range(2))
+    tables = enc.tables(ids)  # type: ignore[attr-defined]
+    assert isinstance(tables, rope.RotaryTables) and tables.rotary_dim == enc._rotary_dim()  # type: ignore[attr-defined]
+    for _ in range(2):  # the second time from the per-dtype cast kept in eager mode
+        tq, tk = tables.rotate_all(q, k)
+        for got, x in ((tq, q), (tk, k)):
+            assert got.dtype == x.dtype and tuple(got.shape) == tuple(x.shape)
+            np.testing.assert_array_equal(backend.to_numpy(got),
+                                          backend.to_numpy(enc.rotate(x, ids)))
+
+
+def test_mrope_tables_equal_rotate(backend: Any) -> None:
+    enc = per.get_encoder("mrope", dim=16, sections=(3, 3, 2), interleaved=True)
+    ids = backend.from_numpy(np.random.default_rng(4).integers(0, 999, (3, 6)))
+    x = _arr(backend, np.random.default_rng(5).standard_normal((2, 6, 16)))
+    np.testing.assert_array_equal(backend.to_numpy(enc.tables(ids).rotate(x)),  # type: ignore[attr-defined]
+                                  backend.to_numpy(enc.rotate(x, ids)))
+
+
+def test_rotary_tables_errors_name_what_is_wrong(backend: Any) -> None:
+    enc = per.get_encoder("rotary", dim=8)
+    tables = enc.tables(backend.from_numpy(np.arange(4)))  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"rotary: x.shape=\(4, 6\), but x.shape\[-1\] should be == 8"):
+        tables.rotate(_arr(backend, np.zeros((4, 6))))
+    with pytest.raises(ValueError, match=r"tables of positions \(4,\) do not broadcast"):
+        tables.rotate(_arr(backend, np.zeros((5, 8))))
+    with pytest.raises(TypeError, match="real floating"):
+        tables.rotate(backend.from_numpy(np.zeros((4, 8), dtype=np.int64)))
+    if backend.name != "numpy":
+        with pytest.raises(TypeError, match=f"x must be an array of {backend.name}"):
+            tables.rotate(np.zeros((4, 8)))
+    c = _arr(backend, np.ones((4, 3)))
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        rope.RotaryTables(c, _arr(backend, np.ones((4, 2))))
+    with pytest.raises(ValueError, match="layout must be one of"):
+        rope.RotaryTables(c, c, layout="neox")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="head_dim=4 is smaller than the 6 features"):
+        rope.RotaryTables(c, c, head_dim=4)
+
+
+def test_torch_fast_paths_equal_the_reference_through_the_dispatch() -> None:
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import array_api_compat.torch as xp
+    import torch
+
+    from peregistry.rope import _delegation, _torch
+
+    gen = torch.Generator().manual_seed(0)
+    for shape, interleaved, rd in (((2, 4, 64, 64), False, 64), ((2, 4, 64, 64), True, 48),
+                                   ((4, 8, 512, 128), False, 128), ((1, 1, 64), True, 64)):
+        x = torch.randn(shape, generator=gen)
+        ang = torch.rand(shape[-2], rd // 2, generator=gen, dtype=torch.float64) * 20 - 10
+        c, s = ang.cos().float(), ang.sin().float()
+        for dt in (torch.float32, torch.bfloat16):
+            xd = x.to(dt)
+            ref = rope.apply_rotation(xd, c, s, rotary_dim=rd, interleaved=interleaved,
+                                      cdt=torch.float32, xp=xp)
+            fast = _delegation.rotate(xd, c, s, rotary_dim=rd, interleaved=interleaved,
+                                      cdt=torch.float32, xp=xp)
+            assert torch.equal(fast, ref)
+            assert torch.equal(_torch.rotate(xd, c, s, rotary_dim=rd, interleaved=interleaved),
+                               ref)
+
+
+_THREADS = r"""
+import threading, torch, peregistry as per
+from peregistry.backends._torch import TorchBackend
+from peregistry.rope import _torch
+assert TorchBackend().owns(torch.zeros(1)) and _torch.MATERIALIZE.op is None, "owns() defined it"
+enc = per.get_encoder("rotary", dim=16)
+x = torch.randn(2, 5, 16)
+errors, barrier = [], threading.Barrier(16)
+def work():
+    try:
+        barrier.wait()
+        enc.replace(theta=float(threading.get_ident() % 1000 + 2)).rotate(x)
+    except Exception as e:
+        errors.append(repr(e))
+ts = [threading.Thread(target=work) for _ in range(16)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert not errors, errors
+assert _torch.MATERIALIZE.op is not None
+print("ok")
+"""
+
+
+def test_torch_op_defined_lazily_once_from_16_threads() -> None:
+    """``TorchBackend.owns`` defines nothing; the first eager torch rotations, from 16 threads
+    at once, define the custom op exactly once (a lock: two definitions crash torch)."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    r = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# -- the house ---------------------------------------------------------------------------------
+def test_backend_adapters_hold_no_rotary_hooks() -> None:
+    from peregistry.backends._base import Backend
+
+    for name in ("apply_rotary", "materialize", "cacheable", "cache_scope", "int_bounds",
+                 "reads_cheaply"):
+        assert not hasattr(Backend, name), name
+
+
+def test_building_blocks_are_public() -> None:
+    import peregistry.plugin as plugin
+    from peregistry.encoders import base
+    from peregistry.encoders.mrope import MRope
+    from peregistry.encoders.rotary import Rotary, ScaledRotary
+
+    assert base.RotaryEncoder is per.RotaryEncoder is rope.RotaryEncoder is plugin.RotaryEncoder
+    assert base.apply_rotation is rope.apply_rotation  # type: ignore[attr-defined]
+    assert ScaledRotary is rope.ScaledRotary is plugin.ScaledRotary
+    assert plugin.MultiAxisRotary is rope.MultiAxisRotary and plugin.RotaryTables is rope.RotaryTables
+    assert issubclass(Rotary, rope.ScaledRotary)
+    assert issubclass(MRope, rope.MultiAxisRotary) and issubclass(MRope, rope.ScaledRotary)
+    for name in set(rope.__all__) - {"LAYOUTS", "Layout"}:
+        assert getattr(rope, name).__doc__, name
+
+
+def test_plugin_docstring_example_passes_the_suite() -> None:
+    """The multi-axis family of ``peregistry.plugin``'s docstring, two hooks on
+    :class:`MultiAxisRotary`, is a complete rotary encoder (numpy: the suite's laws)."""
+    from peregistry.plugin import Frequencies, MultiAxisRotary
+    from peregistry.testing import check_encoder
+
+    class Axial2D(MultiAxisRotary):
+        name = "axial-2d-doc-example"
+        __slots__ = ()
+        dim = per.Option(int, allowed="a positive multiple of 4",
+                         check=lambda d: d > 0 and d % 4 == 0)
+        num_axes = 2  # type: ignore[assignment]
+
+        def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
+            omega = rope.inv_freq(self.dim // 2)  # type: ignore[attr-defined]
+            return (Frequencies.from_omega(omega),) * 2
+
+    report = check_encoder(Axial2D(dim=8), backends="numpy")
+    assert report.ok, report
