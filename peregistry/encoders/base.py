@@ -367,6 +367,13 @@ def _from_python(owner: str, a: Any, backend: Backend) -> Any:
 
 
 def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuous: bool) -> Any:
+    """``positions`` if they are an array of integers (or of reals, for a ``continuous``
+    encoder); else a ``TypeError`` naming ``what`` (the argument), the value and what is
+    allowed."""
+    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
+    if positions is None:
+        raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
+                        f"with {allowed}, got None")
     xp = ctx.xp
     dtype = positions.dtype
     try:
@@ -383,7 +390,6 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
             f"{owner}: {what} must have an integer dtype (this encoder is defined at integer "
             f"positions only), got {ctx.backend.dtype_name(dtype)}"
         )
-    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
 
 
