@@ -35,3 +35,40 @@ def test_pair_kinds_none_names_which_positions(name: str, options: dict[str, Any
         call(None, np.arange(3), params=params)
     with pytest.raises(TypeError, match=r"k_positions must be an array .*got None"):
         call(np.arange(3), None, params=params)
+
+
+# -- item 9: params of another framework than the positions: the message says it is params --------
+@pytest.mark.parametrize(("name", "options", "method"), [
+    ("t5", {"num_heads": 2}, "bias"),
+    ("shaw", {"max_distance": 2, "dim": 4}, "embed"),
+])
+def test_params_of_another_framework_name_params(name: str, options: dict[str, Any],
+                                                 method: str) -> None:
+    torch = pytest.importorskip("torch")
+    enc = per.get_encoder(name, **options)
+    call = getattr(enc, method)
+    with pytest.raises(TypeError, match=r"params\['table'\] is a torch array but the positions "
+                                        r"are numpy; .*peregistry\.convert\(params, xp\)"):
+        call(np.arange(3), np.arange(3), params=enc.init(torch))
+    with pytest.raises(TypeError, match=r"q_positions is a numpy array but k_positions is a "
+                                        r"torch array"):
+        call(np.arange(3), torch.arange(3), params=enc.init(np))
+
+
+def test_python_positions_follow_params_of_any_framework() -> None:
+    torch = pytest.importorskip("torch")
+    t5 = per.get_encoder("t5", num_heads=2)
+    out = t5.bias([0, 1, 2], [0, 1], params=t5.init(torch))
+    assert isinstance(out, torch.Tensor) and tuple(out.shape) == (2, 3, 2)
+
+
+# -- item 18: ragged position lists name the argument ------------------------------------------
+def test_ragged_positions_name_the_argument() -> None:
+    with pytest.raises(ValueError, match=r"sinusoidal: positions must be a rectangular "
+                                         r"\(non-ragged\) sequence"):
+        per.get_encoder("sinusoidal", dim=8).encode([[1, 2], [3]])
+    with pytest.raises(ValueError, match=r"alibi: k_positions must be a rectangular"):
+        per.get_encoder("alibi", num_heads=2).bias([0, 1], [[0], [1, 2]])
+    t5 = per.get_encoder("t5", num_heads=2)
+    with pytest.raises(ValueError, match=r"t5: relative_positions must be a rectangular"):
+        t5.buckets([[0], [1, 2]])

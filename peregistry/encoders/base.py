@@ -303,25 +303,49 @@ class Encoder:
         return ctx.backend.prepare_params(params)
 
     # -- shared helpers for the public methods -------------------------------------------------
-    def _context(self, *arrays: Any) -> tuple[Ctx, list[Any]]:
+    def _context(self, *arrays: Any,
+                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
         """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
-        become NumPy arrays. All array inputs must belong to one backend."""
-        return make_context(self.name, arrays, services=self._services)
+        become NumPy arrays. All array inputs must belong to one backend. ``names`` (the
+        arguments' names, e.g. ``("positions",)``) make the errors say which input is wrong."""
+        return make_context(self.name, arrays, services=self._services, names=names)
 
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
 
 
-def make_context(owner: str, arrays: tuple[Any, ...], *,
-                 services: Services | None = None) -> tuple[Ctx, list[Any]]:
+def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
+                    backend: Backend) -> TypeError:
+    """The error for inputs of two frameworks, naming the inputs when their names are known
+    (a params array of another framework than the positions is the common case)."""
+    which = ""
+    fix = "pass all arrays from one framework (peregistry.convert moves arrays between frameworks)"
+    if first is not None and name is not None:
+        if name.startswith("params") and not first.startswith("params"):
+            which = (f": {name} is a {backend.name} array but the positions are "
+                     f"{first_backend.name}")
+            fix = ("pass positions and params of one framework (peregistry.convert(params, xp) "
+                   "moves params)")
+        else:
+            which = (f": {first} is a {first_backend.name} array but {name} is a "
+                     f"{backend.name} array")
+    return TypeError(f"{owner}: inputs mix arrays of {first_backend.name} and {backend.name}"
+                     f"{which}; {fix}")
+
+
+def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | None = None,
+                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
     """The :class:`Ctx` of ``arrays`` (None entries skipped) and the arrays, Python numbers and
     sequences made arrays of the others' backend (NumPy if there are none). Backends are looked
-    up in ``services`` (default: :func:`peregistry._services.current_services`)."""
+    up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
+    if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
+    labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
+    first: str | None = None
     owners = []
-    for a in arrays:
+    for a, label in zip(arrays, labels, strict=True):
         b = None if a is None else registry.backend_of(a)
         owners.append(b)
         if a is None:
@@ -330,17 +354,14 @@ def make_context(owner: str, arrays: tuple[Any, ...], *,
             if isinstance(a, int | float | list | tuple) and not isinstance(a, bool):
                 continue
             raise TypeError(
-                f"{owner}: expected an array of a registered backend "
+                f"{owner}: {label + ': ' if label else ''}expected an array of a registered backend "
                 f"({', '.join(x.name for x in registry.backends())}) or a Python "
                 f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
             )
         if backend is None:
-            backend = b
+            backend, first = b, label
         elif b is not backend:
-            raise TypeError(
-                f"{owner}: inputs mix arrays of {backend.name} and {b.name}; pass all arrays "
-                f"from one framework (peregistry.convert moves arrays between frameworks)"
-            )
+            raise _mixed_backends(owner, first, backend, label, b)
     if backend is None:
         import numpy  # noqa: F401 - Python inputs are NumPy's
 
@@ -348,22 +369,33 @@ def make_context(owner: str, arrays: tuple[Any, ...], *,
     xp = backend.namespace()
     device = None
     out = []
-    for a, b in zip(arrays, owners, strict=True):
+    for a, b, label in zip(arrays, owners, labels, strict=True):
         if a is not None and b is None:
-            a = _from_python(owner, a, backend)
+            a = _from_python(owner, a, backend, what=label or "positions")
         elif a is not None and device is None:
             device = backend.device(a)
         out.append(a)
     return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
 
 
-def _from_python(owner: str, a: Any, backend: Backend) -> Any:
+def _from_python(owner: str, a: Any, backend: Backend, *, what: str) -> Any:
+    """A Python number or (nested) sequence of numbers as an array of ``backend``."""
     import numpy as np
 
-    arr = np.asarray(a)
+    try:
+        arr = np.asarray(a)
+    except ValueError:  # ragged nesting: NumPy's message does not say which argument
+        raise ValueError(f"{owner}: {what} must be a rectangular (non-ragged) sequence of "
+                         f"numbers, got {_short(a)}: its rows have different lengths") from None
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{owner}: positions must be numbers, got {a!r}")
+        raise TypeError(f"{owner}: {what} must be numbers, got {_short(a)}")
     return backend.from_numpy(arr)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (positions may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuous: bool) -> Any:
@@ -436,7 +468,7 @@ class AbsoluteEncoder(Encoder):
                dtype: Any = None) -> Any:
         """The encoding of every position: ``(*positions.shape, out_dim)``, in the positions'
         namespace and on their device, of ``dtype`` (default: the namespace's default float)."""
-        ctx, (pos,) = self._context(positions)
+        ctx, (pos,) = self._context(positions, names=("positions",))
         pos = self._positions(pos, ctx)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         params = self._check_params(params, ctx)
