@@ -72,3 +72,45 @@ def test_ragged_positions_name_the_argument() -> None:
     t5 = per.get_encoder("t5", num_heads=2)
     with pytest.raises(ValueError, match=r"t5: relative_positions must be a rectangular"):
         t5.buckets([[0], [1, 2]])
+
+
+# -- item 15: a plugin returning arrays of another framework: a clear error, no dtype warning -----
+def _foreign_output_encoders() -> list[per.Encoder]:
+    class NumpyEncode(per.AbsoluteEncoder):
+        name = "numpy-encode"
+        dim = per.Option(int, 4)
+
+        def _encode(self, positions: Any, *, params: Any, ctx: Any) -> Any:
+            return np.zeros((*positions.shape, 4), dtype=np.float64)
+
+    class NumpyBias(per.BiasEncoder):
+        name = "numpy-bias"
+        num_heads = per.Option(int, 2)
+
+        def _bias(self, q: Any, k: Any, *, params: Any, ctx: Any, dtype: Any) -> Any:
+            return np.zeros((2, q.shape[-1], k.shape[-1]), dtype=np.float32)
+
+    class NumpyEmbed(per.RelativeEmbedding):
+        name = "numpy-embed"
+        dim = per.Option(int, 4)
+
+        def _embed(self, q: Any, k: Any, *, params: Any, ctx: Any, dtype: Any) -> Any:
+            return np.zeros((q.shape[-1], k.shape[-1], 4), dtype=np.float32)
+
+    return [NumpyEncode(), NumpyBias(), NumpyEmbed()]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["encode", "bias", "embed"])
+def test_output_of_another_namespace_is_a_type_error(backend: Any, which: int) -> None:
+    if backend.name == "numpy":
+        pytest.skip("needs a namespace other than numpy")
+    enc = _foreign_output_encoders()[which]
+    pos = backend.from_numpy(np.arange(3))
+    call = {0: lambda: enc.encode(pos), 1: lambda: enc.bias(pos, pos),  # type: ignore[attr-defined]
+            2: lambda: enc.embed(pos, pos)}[which]  # type: ignore[attr-defined]
+    hook = ("_encode", "_bias", "_embed")[which]
+    # pytest turns warnings into errors: the old dtype comparison across namespaces warned
+    with pytest.raises(TypeError, match=rf"{enc.name}: \w+\.{hook} returned a numpy array for "
+                                        rf"{backend.name} inputs, but must return an array of "
+                                        rf"the inputs' namespace \({backend.name}\)"):
+        call()

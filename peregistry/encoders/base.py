@@ -314,6 +314,21 @@ class Encoder:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
 
+    def _finish(self, out: Any, dtype: Any, ctx: Ctx, *, hook: str) -> Any:
+        """The result of private hook ``hook`` cast once to ``dtype``, after checking that it is
+        an array of the inputs' backend (a plugin computing with another framework would
+        otherwise compare dtypes across namespaces, or hand the caller foreign arrays)."""
+        backend = self._services.backend_of(out)
+        if backend is not ctx.backend:
+            got = (f"{backend.name} array" if backend is not None
+                   else f"{type(out).__module__}.{type(out).__qualname__}")
+            raise TypeError(
+                f"{self.name}: {type(self).__name__}.{hook} returned a {got} for "
+                f"{ctx.backend.name} inputs, but must return an array of the inputs' namespace "
+                f"({ctx.backend.name}): compute with ctx.xp, never with a fixed framework"
+            )
+        return out if out.dtype == dtype else ctx.xp.astype(out, dtype)
+
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
                     backend: Backend) -> TypeError:
@@ -473,7 +488,7 @@ class AbsoluteEncoder(Encoder):
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         params = self._check_params(params, ctx)
         out = self._encode(pos, params=params, ctx=ctx)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_encode")
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         """Compute the encoding (any float dtype; the caller casts once)."""
@@ -918,7 +933,7 @@ class BiasEncoder(Encoder):
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         out = self._bias(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_bias")
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         """Compute the bias for validated positions ``q`` ``(..., Q)`` and ``k`` ``(..., K)``
@@ -953,7 +968,7 @@ class RelativeEmbedding(Encoder):
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         out = self._embed(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_embed")
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         """Compute the embeddings for validated ``q`` ``(..., Q)`` and ``k`` ``(..., K)``."""
