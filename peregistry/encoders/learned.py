@@ -215,14 +215,20 @@ class Learned2D(_LearnedBase):
         """A ``learned-2d`` encoder of the new ``height``/``width`` (None keeps one) and its
         tables. Row and column tables are resized separately by linear interpolation, which makes
         ``grid`` exactly the bilinear interpolation (``F.interpolate(mode="bilinear",
-        align_corners=align_corners)``) of the old grid. Differentiable."""
+        align_corners=align_corners)``) of the old grid. Differentiable; the returned arrays
+        are new (never the caller's ``params``), also for an axis whose size does not change."""
         H, W = int(self._values["height"]), int(self._values["width"])
         nh = H if height is None else _positive_int(self.name, "height", height)
         nw = W if width is None else _positive_int(self.name, "width", width)
         align = _check_align(self.name, align_corners)
         ctx, p = self._param_context(params, "resize")
-        row = p["row"] if nh == H else linear_resize(p["row"], nh, align_corners=align, ctx=ctx)
-        col = p["col"] if nw == W else linear_resize(p["col"], nw, align_corners=align, ctx=ctx)
+        # An axis of unchanged size gets a copy: new params never alias the caller's, so an
+        # in-place optimizer step on one cannot change the other (differentiable, like a clone).
+        xp = ctx.xp
+        row = (xp.astype(p["row"], p["row"].dtype, copy=True) if nh == H
+               else linear_resize(p["row"], nh, align_corners=align, ctx=ctx))
+        col = (xp.astype(p["col"], p["col"].dtype, copy=True) if nw == W
+               else linear_resize(p["col"], nw, align_corners=align, ctx=ctx))
         new = self.replace(height=nh, width=nw)
         assert isinstance(new, Learned2D)
         return new, {"row": row, "col": col}
