@@ -208,6 +208,18 @@ class Option:
                              f"got {text!r}{hint}") from None
 
     # -- conversion -----------------------------------------------------------------------------
+    def check_default(self, owner: str) -> None:
+        """Raise if the declared default is not a value this option accepts (its type,
+        ``choices`` and ``check``): the same ``TypeError``/``ValueError`` as :meth:`convert`,
+        naming ``owner`` (the encoder class), the option and the value. Required options have
+        no default to check."""
+        if self.required:
+            return
+        try:
+            self.convert(owner, self.default)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{exc} (the declared default)") from None
+
     def convert(self, owner: str, value: Any) -> Any:
         """Check ``value`` and return its canonical (immutable) form, or raise."""
         if value is None:

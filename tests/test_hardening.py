@@ -114,3 +114,32 @@ def test_output_of_another_namespace_is_a_type_error(backend: Any, which: int) -
                                         rf"{backend.name} inputs, but must return an array of "
                                         rf"the inputs' namespace \({backend.name}\)"):
         call()
+
+
+# -- item 2: a plugin class with an invalid default is a broken plugin, named -------------------
+def test_plugin_module_with_an_invalid_default_is_reported_naming_plugin_option_value(
+        make_dist: Any) -> None:
+    from peregistry.registry import Registry
+
+    source = """
+        import peregistry as per
+
+        class Neg(per.AbsoluteEncoder):
+            name = "neg-default"
+            dim = per.Option(int, -3, check=lambda d: d > 0)
+
+        @per.hookimpl
+        def peregistry_encoders():
+            return [Neg]
+    """
+    make_dist("neg-pkg", {"neg_pkg_plugin": source}, {"neg": "neg_pkg_plugin"}, version="0.1")
+    reg = Registry()
+    bad = next(r for r in reg.list_encoders() if r.plugin.distribution == "neg-pkg")
+    assert bad.status == "error"
+    assert "option 'dim' must be an integer, got -3 (the declared default)" in (bad.error or "")
+    with pytest.raises(per.EncoderNotFoundError, match=r"neg-pkg 0\.1: error importing plugin "
+                                                       r"\"neg_pkg_plugin\": ValueError: encoder "
+                                                       r"'neg-default' \(class neg_pkg_plugin"
+                                                       r"\.Neg\): option 'dim'"):
+        reg.get_encoder("neg-default")
+    assert reg.get_encoder("sinusoidal", dim=4).name == "sinusoidal"

@@ -70,6 +70,21 @@ class Ctx:
                                device=self.device)
 
 
+def _class_label(cls: type) -> str:
+    """How an encoder class is named in errors about its declaration: registry name and the
+    class's module (which names the plugin)."""
+    where = f"class {cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "name", "")
+    return f"encoder {name!r} ({where})" if name else where
+
+
+def _check_defaults(cls: type[Encoder]) -> None:
+    """Every declared default must be a value its option accepts (see
+    :meth:`Option.check_default`)."""
+    for spec in cls._option_specs.values():
+        spec.check_default(_class_label(cls))
+
+
 def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
     return cls(**options)
 
@@ -122,6 +137,8 @@ class Encoder:
                     specs.pop(attr, None)
                     specs[attr] = value
         cls._option_specs = specs
+        # A bad default would give every user an invalid encoder: refuse the class instead.
+        _check_defaults(cls)
         if cls.name and not cls.family:
             cls.family = cls.name
         if cls.name and not cls.summary:
@@ -465,6 +482,10 @@ def check_encoder_class(obj: Any) -> str | None:
         return f"{obj.__qualname__} without a name"
     if obj.kind not in KINDS:
         return f"{obj.__qualname__} of unknown kind {obj.kind!r} (kinds: {', '.join(KINDS)})"
+    try:  # checked at class definition too; again here for defaults changed since
+        _check_defaults(obj)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
     return None
 
 
