@@ -143,3 +143,78 @@ def test_plugin_module_with_an_invalid_default_is_reported_naming_plugin_option_
                                                        r"\.Neg\): option 'dim'"):
         reg.get_encoder("neg-default")
     assert reg.get_encoder("sinusoidal", dim=4).name == "sinusoidal"
+
+
+# -- item 3: learned encoders return their params' dtype when dtype=None -----------------------
+_LEARNED_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("learned", {"num_positions": 8, "dim": 4}),
+    ("learned-2d", {"height": 3, "width": 4, "dim": 2}),
+    ("shaw", {"max_distance": 3, "dim": 4}),
+    ("t5", {"num_heads": 2}),
+]
+
+
+def _learned_call(enc: Any, backend: Any, params: Any, dtype: Any = None) -> Any:
+    if enc.kind == "absolute":
+        pos = np.asarray([[0, 1], [2, 3], [1, 1]]) if enc.name == "learned-2d" else np.arange(5)
+        return enc.encode(backend.from_numpy(pos), params=params, dtype=dtype)
+    pos = backend.from_numpy(np.arange(5))
+    call = enc.bias if enc.kind == "bias" else enc.embed
+    return call(pos, pos, params=params, dtype=dtype)
+
+
+@pytest.mark.parametrize(("name", "options"), _LEARNED_CALLS, ids=[n for n, _ in _LEARNED_CALLS])
+def test_learned_output_takes_the_params_dtype(backend: Any, name: str,
+                                               options: dict[str, Any]) -> None:
+    enc = per.get_encoder(name, **options)
+    floats = backend.float_dtypes()
+    ref = backend.to_numpy(_learned_call(enc, backend, enc.init(backend.native(),
+                                                                dtype=floats["float32"])))
+    for dt_name, dt in floats.items():
+        params = enc.init(backend.native(), dtype=dt)
+        out = _learned_call(enc, backend, params)
+        assert out.dtype == dt, f"{name}: params of {dt_name} gave {out.dtype}"
+        # the values are the float32 ones, rounded once to the params' dtype
+        want = backend.to_numpy(_learned_call(enc, backend, enc.init(
+            backend.native(), dtype=floats["float32"]), dtype=dt))
+        np.testing.assert_array_equal(backend.to_numpy(out).astype(np.float64),
+                                      want.astype(np.float64))
+        # an explicit dtype still wins
+        assert _learned_call(enc, backend, params, dtype=floats["float32"]).dtype == \
+            floats["float32"]
+    assert ref.dtype == np.float32
+
+
+def test_learned_2d_grid_takes_the_params_dtype(backend: Any) -> None:
+    enc: Any = per.get_encoder("learned-2d", height=3, width=4, dim=2)
+    for dt in backend.float_dtypes().values():
+        assert enc.grid(2, 3, params=enc.init(backend.native(), dtype=dt)).dtype == dt
+
+
+# -- item 18: NaN/inf positions give NaN rows of continuous encoders, and only those rows ---------
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_nan_and_inf_positions_give_nan_rows(backend: Any) -> None:
+    floats = backend.float_dtypes()
+    wide = floats.get("float64", floats["float32"])
+    pos = backend.from_numpy(np.asarray([1.0, np.nan, np.inf, -np.inf, 3.0]), dtype=wide)
+    out = backend.to_numpy(per.get_encoder("sinusoidal", dim=8).encode(pos))
+    assert np.isnan(out[1:4]).all()
+    assert np.isfinite(out[[0, 4]]).all()
+    xl = per.get_encoder("transformer-xl", dim=4)
+    q = backend.from_numpy(np.asarray([0.0, np.nan]), dtype=wide)
+    k = backend.from_numpy(np.asarray([0.0, 1.0, np.inf]), dtype=wide)
+    emb = backend.to_numpy(xl.embed(q, k))  # (Q, K, dim)
+    assert np.isfinite(emb[0, :2]).all()
+    assert np.isnan(emb[1]).all() and np.isnan(emb[:, 2]).all()
+
+
+@pytest.mark.parametrize(("name", "options"), [("learned", {"num_positions": 4, "dim": 2}),
+                                               ("t5", {"num_heads": 2})])
+def test_nan_cannot_reach_integer_encoders(name: str, options: dict[str, Any]) -> None:
+    enc: Any = per.get_encoder(name, **options)
+    nan = np.asarray([np.nan])
+    params = enc.init(np)
+    call = (lambda: enc.encode(nan, params=params)) if enc.kind == "absolute" else (
+        lambda: enc.bias(nan, nan, params=params))
+    with pytest.raises(TypeError, match=r"positions must have an integer dtype"):
+        call()

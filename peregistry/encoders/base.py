@@ -346,6 +346,15 @@ class Encoder:
             )
         return out if out.dtype == dtype else ctx.xp.astype(out, dtype)
 
+    def _output_dtype(self, dtype: Any, params: Mapping[str, Any], ctx: Ctx) -> Any:
+        """The dtype of the result: ``dtype`` if given; else the params' dtype for an encoder
+        with learned params (as ``torch.nn.functional.embedding`` returns its weight's dtype:
+        float64 params give float64, bfloat16 params bfloat16), else the namespace's default
+        real floating dtype. ``params`` are the validated ones (empty without learned params)."""
+        if dtype is None and params:
+            return params_dtype(params, ctx)
+        return resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
                     backend: Backend) -> TypeError:
@@ -457,6 +466,14 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
 
 
+def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
+    """The dtype of learned ``params`` (their promoted dtype if they differ); the namespace's
+    default real floating dtype if that is not a real floating dtype."""
+    dtypes = {v.dtype for v in params.values()}
+    dt = dtypes.pop() if len(dtypes) == 1 else ctx.xp.result_type(*dtypes)
+    return dt if ctx.backend.is_float_dtype(dt) else ctx.backend.default_float_dtype(ctx.device)
+
+
 def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
     """``dtype=None`` → the namespace's default real floating dtype; names like ``"bfloat16"``
     are accepted; anything not a real floating dtype of ``backend`` is a ``TypeError``."""
@@ -503,11 +520,12 @@ class AbsoluteEncoder(Encoder):
     def encode(self, positions: Any, *, params: Mapping[str, Any] | None = None,
                dtype: Any = None) -> Any:
         """The encoding of every position: ``(*positions.shape, out_dim)``, in the positions'
-        namespace and on their device, of ``dtype`` (default: the namespace's default float)."""
+        namespace and on their device, of ``dtype`` (default: the params' dtype for learned
+        encoders, else the namespace's default float)."""
         ctx, (pos,) = self._context(positions, names=("positions",))
         pos = self._positions(pos, ctx)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         params = self._check_params(params, ctx)
+        out_dtype = self._output_dtype(dtype, params, ctx)
         out = self._encode(pos, params=params, ctx=ctx)
         return self._finish(out, out_dtype, ctx, hook="_encode")
 
@@ -948,11 +966,12 @@ class BiasEncoder(Encoder):
              params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
         """The additive bias ``(*batch, num_heads, Q, K)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
-        namespace's default float), in the inputs' namespace and on their device."""
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device."""
         from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
         out = self._bias(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_bias")
 
@@ -983,11 +1002,12 @@ class RelativeEmbedding(Encoder):
               params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
         """The embeddings ``(*batch, Q, K, dim)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
-        namespace's default float), in the inputs' namespace and on their device."""
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device."""
         from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
         out = self._embed(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_embed")
 
