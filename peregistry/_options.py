@@ -8,9 +8,11 @@ An encoder class lists its options as class attributes::
         base = Option(float, default=10000.0, allowed="a finite number > 0", check=lambda b: b > 0)
 
 and :class:`~peregistry.Encoder` collects them (in declaration order, inherited ones first).
-Validation happens once, at construction; a bad value raises ``TypeError`` (wrong type,
-unknown or missing option) or ``ValueError`` (right type, value not allowed), and every message
-names the encoder, the option, the value and what is allowed.
+Declared defaults are checked when the class is defined: a bad one is an error naming the class,
+the option and the value (a plugin module declaring one fails to load, and ``peregistry list``
+shows why). Given values are validated once, at construction; a bad value raises ``TypeError``
+(wrong type, unknown or missing option) or ``ValueError`` (right type, value not allowed), and
+every message names the encoder, the option, the value and what is allowed.
 """
 
 from __future__ import annotations
