@@ -8,9 +8,11 @@ An encoder class lists its options as class attributes::
         base = Option(float, default=10000.0, allowed="a finite number > 0", check=lambda b: b > 0)
 
 and :class:`~peregistry.Encoder` collects them (in declaration order, inherited ones first).
-Validation happens once, at construction; a bad value raises ``TypeError`` (wrong type,
-unknown or missing option) or ``ValueError`` (right type, value not allowed), and every message
-names the encoder, the option, the value and what is allowed.
+Declared defaults are checked when the class is defined: a bad one is an error naming the class,
+the option and the value (a plugin module declaring one fails to load, and ``peregistry list``
+shows why). Given values are validated once, at construction; a bad value raises ``TypeError``
+(wrong type, unknown or missing option) or ``ValueError`` (right type, value not allowed), and
+every message names the encoder, the option, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -208,6 +210,18 @@ class Option:
                              f"got {text!r}{hint}") from None
 
     # -- conversion -----------------------------------------------------------------------------
+    def check_default(self, owner: str) -> None:
+        """Raise if the declared default is not a value this option accepts (its type,
+        ``choices`` and ``check``): the same ``TypeError``/``ValueError`` as :meth:`convert`,
+        naming ``owner`` (the encoder class), the option and the value. Required options have
+        no default to check."""
+        if self.required:
+            return
+        try:
+            self.convert(owner, self.default)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{exc} (the declared default)") from None
+
     def convert(self, owner: str, value: Any) -> Any:
         """Check ``value`` and return its canonical (immutable) form, or raise."""
         if value is None:

@@ -160,6 +160,34 @@ def test_resize_keeps_params_unchanged_and_errors(backend: Any) -> None:
     assert tuple(q["row"].shape) == (5, 3) and tuple(q["col"].shape) == (10, 3)
 
 
+def test_resize_returns_new_arrays_for_unchanged_axes(backend: Any) -> None:
+    """Hardening item 4: an axis whose size does not change is copied, not returned as is."""
+    p = params_on(GRID, backend)
+    _, q = GRID.resize(p, width=10)  # type: ignore[attr-defined]
+    assert q["row"] is not p["row"]
+    np.testing.assert_array_equal(backend.to_numpy(q["row"]), backend.to_numpy(p["row"]))
+    pl = params_on(LEARNED, backend)
+    _, same = LEARNED.resize(pl, num_positions=20)  # type: ignore[attr-defined]
+    assert same["table"] is not pl["table"]
+
+
+def test_optimizer_step_on_resized_params_leaves_the_old_ones() -> None:
+    torch = pytest.importorskip("torch")
+    p = {k: v.requires_grad_() for k, v in GRID.init(torch).items()}
+    before = {k: v.detach().clone() for k, v in p.items()}
+    new, q = GRID.resize(p, height=7)  # type: ignore[attr-defined]
+    q = {k: v.detach().requires_grad_() for k, v in q.items()}  # detach() shares storage
+    opt = torch.optim.SGD(list(q.values()), lr=1.0)
+    new.encode(torch.tensor([[6, 2]]), params=q).sum().backward()
+    opt.step()
+    for k in p:
+        torch.testing.assert_close(p[k].detach(), before[k], rtol=0, atol=0)
+    a = GRID.init(np)
+    _, b = GRID.resize(a, height=7)  # type: ignore[attr-defined]
+    b["col"] += 1.0  # in place on the new params
+    np.testing.assert_array_equal(a["col"], GRID.init(np)["col"])
+
+
 # -- errors --------------------------------------------------------------------------------------
 def test_out_of_range_positions_name_the_range(backend: Any) -> None:
     p = params_on(LEARNED, backend)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,59 @@ def test_builtin_encoders_build_from_their_example_options() -> None:
         assert name is not None
         cls = default_registry.encoder_class(name)
         assert per.get_encoder(name, **cls.example_options()).name == name
+
+
+# -- declared defaults are validated (hardening item 2) -----------------------------------------
+@pytest.mark.parametrize(("option", "error", "pattern"), [
+    (lambda: per.Option(int, -3, allowed="a positive integer", check=lambda d: d > 0),
+     ValueError, r"option 'dim' must be a positive integer, got -3 \(the declared default\)"),
+    (lambda: per.Option(int, "8"), TypeError,
+     r"option 'dim' must be an integer, got '8' of type str \(the declared default\)"),
+    (lambda: per.Option(str, "c", choices=("a", "b")), ValueError,
+     r"option 'dim' must be one of 'a', 'b', got 'c'"),
+    (lambda: per.Option(float, float("nan")), ValueError, r"option 'dim' must be a real number"),
+    (lambda: per.Option(int, None), TypeError, r"option 'dim' must be an integer, got None"),
+])
+def test_invalid_default_is_an_error_when_the_class_is_defined(option: Any, error: type,
+                                                               pattern: str) -> None:
+    with pytest.raises(error, match=r"encoder 'bad-default' \(class (tests\.)?test_options\."
+                                    r"test_invalid_default.*\.Bad\): " + pattern):
+        class Bad(per.AbsoluteEncoder):
+            name = "bad-default"
+            dim = option()
+
+
+def test_valid_defaults_of_every_kind_are_accepted() -> None:
+    class Fine(per.AbsoluteEncoder):
+        name = "fine-defaults"
+        dim = per.Option(int, 4, check=lambda d: d > 0)
+        extra = per.Option(dict, None, nullable=True)
+        scaling = per.Option(dict, {"type": "linear"})
+        sizes = per.Option(tuple, [1, 2])
+        weights = per.Option(tuple, (0.5,), item=float)
+        flag = per.Option(bool, True)
+
+    assert Fine().options["dim"] == 4
+
+
+def test_a_registered_class_whose_default_went_bad_is_a_broken_plugin() -> None:
+    from peregistry.registry import Registry
+
+    class Later(per.AbsoluteEncoder):
+        name = "default-goes-bad"
+        dim = per.Option(int, 3, allowed="a positive integer", check=lambda d: d > 0)
+
+    Later._option_specs["dim"].default = -3  # changed after the class was defined
+
+    class Plugin:
+        @per.hookimpl
+        def peregistry_encoders(self) -> list[type[per.Encoder]]:
+            return [Later]
+
+    reg = Registry()
+    reg.register(Plugin(), name="sloppy-plugin")
+    with pytest.raises(per.EncoderNotFoundError,
+                       match=r"sloppy-plugin.*option 'dim' must be a positive integer, got -3 "
+                             r"\(the declared default\)"):
+        reg.get_encoder("default-goes-bad")
+    assert reg.get_encoder("sinusoidal", dim=4).name == "sinusoidal"

@@ -68,6 +68,21 @@ class Ctx:
                                device=self.device)
 
 
+def _class_label(cls: type) -> str:
+    """How an encoder class is named in errors about its declaration: registry name and the
+    class's module (which names the plugin)."""
+    where = f"class {cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "name", "")
+    return f"encoder {name!r} ({where})" if name else where
+
+
+def _check_defaults(cls: type[Encoder]) -> None:
+    """Every declared default must be a value its option accepts (see
+    :meth:`Option.check_default`)."""
+    for spec in cls._option_specs.values():
+        spec.check_default(_class_label(cls))
+
+
 def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
     return cls(**options)
 
@@ -120,6 +135,8 @@ class Encoder:
                     specs.pop(attr, None)
                     specs[attr] = value
         cls._option_specs = specs
+        # A bad default would give every user an invalid encoder: refuse the class instead.
+        _check_defaults(cls)
         if cls.name and not cls.family:
             cls.family = cls.name
         if cls.name and not cls.summary:
@@ -301,25 +318,73 @@ class Encoder:
         return ctx.backend.prepare_params(params)
 
     # -- shared helpers for the public methods -------------------------------------------------
-    def _context(self, *arrays: Any) -> tuple[Ctx, list[Any]]:
+    def _context(self, *arrays: Any,
+                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
         """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
-        become NumPy arrays. All array inputs must belong to one backend."""
-        return make_context(self.name, arrays, services=self._services)
+        become NumPy arrays. All array inputs must belong to one backend. ``names`` (the
+        arguments' names, e.g. ``("positions",)``) make the errors say which input is wrong."""
+        return make_context(self.name, arrays, services=self._services, names=names)
 
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
 
+    def _finish(self, out: Any, dtype: Any, ctx: Ctx, *, hook: str) -> Any:
+        """The result of private hook ``hook`` cast once to ``dtype``, after checking that it is
+        an array of the inputs' backend (a plugin computing with another framework would
+        otherwise compare dtypes across namespaces, or hand the caller foreign arrays)."""
+        backend = self._services.backend_of(out)
+        if backend is not ctx.backend:
+            got = (f"{backend.name} array" if backend is not None
+                   else f"{type(out).__module__}.{type(out).__qualname__}")
+            raise TypeError(
+                f"{self.name}: {type(self).__name__}.{hook} returned a {got} for "
+                f"{ctx.backend.name} inputs, but must return an array of the inputs' namespace "
+                f"({ctx.backend.name}): compute with ctx.xp, never with a fixed framework"
+            )
+        return out if out.dtype == dtype else ctx.xp.astype(out, dtype)
 
-def make_context(owner: str, arrays: tuple[Any, ...], *,
-                 services: Services | None = None) -> tuple[Ctx, list[Any]]:
+    def _output_dtype(self, dtype: Any, params: Mapping[str, Any], ctx: Ctx) -> Any:
+        """The dtype of the result: ``dtype`` if given; else the params' dtype for an encoder
+        with learned params (as ``torch.nn.functional.embedding`` returns its weight's dtype:
+        float64 params give float64, bfloat16 params bfloat16), else the namespace's default
+        real floating dtype. ``params`` are the validated ones (empty without learned params)."""
+        if dtype is None and params:
+            return params_dtype(params, ctx)
+        return resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+
+
+def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
+                    backend: Backend) -> TypeError:
+    """The error for inputs of two frameworks, naming the inputs when their names are known
+    (a params array of another framework than the positions is the common case)."""
+    which = ""
+    fix = "pass all arrays from one framework (peregistry.convert moves arrays between frameworks)"
+    if first is not None and name is not None:
+        if name.startswith("params") and not first.startswith("params"):
+            which = (f": {name} is a {backend.name} array but the positions are "
+                     f"{first_backend.name}")
+            fix = ("pass positions and params of one framework (peregistry.convert(params, xp) "
+                   "moves params)")
+        else:
+            which = (f": {first} is a {first_backend.name} array but {name} is a "
+                     f"{backend.name} array")
+    return TypeError(f"{owner}: inputs mix arrays of {first_backend.name} and {backend.name}"
+                     f"{which}; {fix}")
+
+
+def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | None = None,
+                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
     """The :class:`Ctx` of ``arrays`` (None entries skipped) and the arrays, Python numbers and
     sequences made arrays of the others' backend (NumPy if there are none). Backends are looked
-    up in ``services`` (default: :func:`peregistry._services.current_services`)."""
+    up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
+    if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
+    labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
+    first: str | None = None
     owners = []
-    for a in arrays:
+    for a, label in zip(arrays, labels, strict=True):
         b = None if a is None else registry.backend_of(a)
         owners.append(b)
         if a is None:
@@ -328,17 +393,14 @@ def make_context(owner: str, arrays: tuple[Any, ...], *,
             if isinstance(a, int | float | list | tuple) and not isinstance(a, bool):
                 continue
             raise TypeError(
-                f"{owner}: expected an array of a registered backend "
+                f"{owner}: {label + ': ' if label else ''}expected an array of a registered backend "
                 f"({', '.join(x.name for x in registry.backends())}) or a Python "
                 f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
             )
         if backend is None:
-            backend = b
+            backend, first = b, label
         elif b is not backend:
-            raise TypeError(
-                f"{owner}: inputs mix arrays of {backend.name} and {b.name}; pass all arrays "
-                f"from one framework (peregistry.convert moves arrays between frameworks)"
-            )
+            raise _mixed_backends(owner, first, backend, label, b)
     if backend is None:
         import numpy  # noqa: F401 - Python inputs are NumPy's
 
@@ -346,25 +408,43 @@ def make_context(owner: str, arrays: tuple[Any, ...], *,
     xp = backend.namespace()
     device = None
     out = []
-    for a, b in zip(arrays, owners, strict=True):
+    for a, b, label in zip(arrays, owners, labels, strict=True):
         if a is not None and b is None:
-            a = _from_python(owner, a, backend)
+            a = _from_python(owner, a, backend, what=label or "positions")
         elif a is not None and device is None:
             device = backend.device(a)
         out.append(a)
     return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
 
 
-def _from_python(owner: str, a: Any, backend: Backend) -> Any:
+def _from_python(owner: str, a: Any, backend: Backend, *, what: str) -> Any:
+    """A Python number or (nested) sequence of numbers as an array of ``backend``."""
     import numpy as np
 
-    arr = np.asarray(a)
+    try:
+        arr = np.asarray(a)
+    except ValueError:  # ragged nesting: NumPy's message does not say which argument
+        raise ValueError(f"{owner}: {what} must be a rectangular (non-ragged) sequence of "
+                         f"numbers, got {_short(a)}: its rows have different lengths") from None
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{owner}: positions must be numbers, got {a!r}")
+        raise TypeError(f"{owner}: {what} must be numbers, got {_short(a)}")
     return backend.from_numpy(arr)
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (positions may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuous: bool) -> Any:
+    """``positions`` if they are an array of integers (or of reals, for a ``continuous``
+    encoder); else a ``TypeError`` naming ``what`` (the argument), the value and what is
+    allowed."""
+    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
+    if positions is None:
+        raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
+                        f"with {allowed}, got None")
     xp = ctx.xp
     dtype = positions.dtype
     try:
@@ -381,8 +461,15 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
             f"{owner}: {what} must have an integer dtype (this encoder is defined at integer "
             f"positions only), got {ctx.backend.dtype_name(dtype)}"
         )
-    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
+
+
+def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
+    """The dtype of learned ``params`` (their promoted dtype if they differ); the namespace's
+    default real floating dtype if that is not a real floating dtype."""
+    dtypes = {v.dtype for v in params.values()}
+    dt = dtypes.pop() if len(dtypes) == 1 else ctx.xp.result_type(*dtypes)
+    return dt if ctx.backend.is_float_dtype(dt) else ctx.backend.default_float_dtype(ctx.device)
 
 
 def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
@@ -410,6 +497,10 @@ def check_encoder_class(obj: Any) -> str | None:
         return f"{obj.__qualname__} without a name"
     if obj.kind not in KINDS:
         return f"{obj.__qualname__} of unknown kind {obj.kind!r} (kinds: {', '.join(KINDS)})"
+    try:  # checked at class definition too; again here for defaults changed since
+        _check_defaults(obj)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
     return None
 
 
@@ -427,13 +518,14 @@ class AbsoluteEncoder(Encoder):
     def encode(self, positions: Any, *, params: Mapping[str, Any] | None = None,
                dtype: Any = None) -> Any:
         """The encoding of every position: ``(*positions.shape, out_dim)``, in the positions'
-        namespace and on their device, of ``dtype`` (default: the namespace's default float)."""
-        ctx, (pos,) = self._context(positions)
+        namespace and on their device, of ``dtype`` (default: the params' dtype for learned
+        encoders, else the namespace's default float)."""
+        ctx, (pos,) = self._context(positions, names=("positions",))
         pos = self._positions(pos, ctx)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         params = self._check_params(params, ctx)
+        out_dtype = self._output_dtype(dtype, params, ctx)
         out = self._encode(pos, params=params, ctx=ctx)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_encode")
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         """Compute the encoding (any float dtype; the caller casts once)."""
@@ -462,13 +554,14 @@ class BiasEncoder(Encoder):
              params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
         """The additive bias ``(*batch, num_heads, Q, K)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
-        namespace's default float), in the inputs' namespace and on their device."""
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device."""
         from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
         out = self._bias(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_bias")
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         """Compute the bias for validated positions ``q`` ``(..., Q)`` and ``k`` ``(..., K)``
@@ -497,13 +590,14 @@ class RelativeEmbedding(Encoder):
               params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
         """The embeddings ``(*batch, Q, K, dim)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
-        namespace's default float), in the inputs' namespace and on their device."""
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device."""
         from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
         out = self._embed(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
-        return out if out.dtype == out_dtype else ctx.xp.astype(out, out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_embed")
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         """Compute the embeddings for validated ``q`` ``(..., Q)`` and ``k`` ``(..., K)``."""

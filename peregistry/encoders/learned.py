@@ -36,7 +36,7 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import Option
-from .base import AbsoluteEncoder, Ctx, resolve_dtype
+from .base import AbsoluteEncoder, Ctx
 from .learned_params import LearnedParams, check_param_arrays
 from .pairs import index_dtype
 from .tables import check_index_range, linear_resize, nan_where
@@ -192,7 +192,8 @@ class Learned2D(_LearnedBase):
     def grid(self, h: int, w: int, *, params: Mapping[str, Any], dtype: Any = None) -> Any:
         """The ``(h, w, 2·dim)`` encodings of every cell of an ``h × w`` grid:
         ``out[r, c] = concat(col[c], row[r])`` (DETR's ``pos`` before its permute to
-        ``(2·dim, h, w)``), in the params' namespace and device, of ``dtype``."""
+        ``(2·dim, h, w)``), in the params' namespace and device, of ``dtype`` (default: the
+        params' dtype)."""
         h = _positive_int(self.name, "h", h)
         w = _positive_int(self.name, "w", w)
         H, W = int(self._values["height"]), int(self._values["width"])
@@ -201,7 +202,7 @@ class Learned2D(_LearnedBase):
                              f"[1, {H}] (height={H}) and w in [1, {W}] (width={W}); resize the "
                              f"tables (enc.resize) for larger grids")
         ctx, p = self._param_context(params, "grid")
-        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        out_dtype = self._output_dtype(dtype, p, ctx)
         xp = ctx.xp
         d = int(self._values["dim"])
         col = xp.broadcast_to(xp.expand_dims(p["col"][:w, :], axis=0), (h, w, d))
@@ -215,14 +216,20 @@ class Learned2D(_LearnedBase):
         """A ``learned-2d`` encoder of the new ``height``/``width`` (None keeps one) and its
         tables. Row and column tables are resized separately by linear interpolation, which makes
         ``grid`` exactly the bilinear interpolation (``F.interpolate(mode="bilinear",
-        align_corners=align_corners)``) of the old grid. Differentiable."""
+        align_corners=align_corners)``) of the old grid. Differentiable; the returned arrays
+        are new (never the caller's ``params``), also for an axis whose size does not change."""
         H, W = int(self._values["height"]), int(self._values["width"])
         nh = H if height is None else _positive_int(self.name, "height", height)
         nw = W if width is None else _positive_int(self.name, "width", width)
         align = _check_align(self.name, align_corners)
         ctx, p = self._param_context(params, "resize")
-        row = p["row"] if nh == H else linear_resize(p["row"], nh, align_corners=align, ctx=ctx)
-        col = p["col"] if nw == W else linear_resize(p["col"], nw, align_corners=align, ctx=ctx)
+        # An axis of unchanged size gets a copy: new params never alias the caller's, so an
+        # in-place optimizer step on one cannot change the other (differentiable, like a clone).
+        xp = ctx.xp
+        row = (xp.astype(p["row"], p["row"].dtype, copy=True) if nh == H
+               else linear_resize(p["row"], nh, align_corners=align, ctx=ctx))
+        col = (xp.astype(p["col"], p["col"].dtype, copy=True) if nw == W
+               else linear_resize(p["col"], nw, align_corners=align, ctx=ctx))
         new = self.replace(height=nh, width=nw)
         assert isinstance(new, Learned2D)
         return new, {"row": row, "col": col}

@@ -32,10 +32,12 @@ def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
     Python list of positions follows torch params), validated positions, validated params and
     the broadcast batch shape."""
     extra: tuple[Any, ...] = ()
+    names: tuple[str, ...] = ("q_positions", "k_positions")
     if isinstance(params, Mapping):
         check_param_arrays(enc.name, params)
         extra = tuple(params.values())
-    ctx, arrays = enc._context(q_positions, k_positions, *extra)
+        names += tuple(f"params[{key!r}]" for key in params)
+    ctx, arrays = enc._context(q_positions, k_positions, *extra, names=names)
     q = enc._positions(arrays[0], ctx, what="q_positions")
     k = enc._positions(arrays[1], ctx, what="k_positions")
     batch = pair_batch_shape(enc.name, q, k)

@@ -140,7 +140,7 @@ class T5Bias(LearnedParams, BiasEncoder):
     def buckets(self, relative_positions: Any) -> Any:
         """The bucket of each ``k - q`` (an integer array of any shape), as an integer array of
         the same namespace: ``T5Attention._relative_position_bucket`` for this encoder."""
-        ctx, (d,) = self._context(relative_positions)
+        ctx, (d,) = self._context(relative_positions, names=("relative_positions",))
         d = self._positions(d, ctx, what="relative_positions")
         idx = self._lut_index(d, ctx=ctx)
         lut = ctx.constant(list(self._cache["lut"]), index_dtype(ctx))

@@ -83,7 +83,8 @@ def invoke(
     if dtype is not None and probe.dtype_arg:
         dt = case.float_dtypes[dtype]
     if params is None and enc.learned:
-        params = case_params(case, enc, dtype, device)
+        # dtype=None: params of the default float dtype, which learned encoders then return
+        params = case_params(case, enc, dtype or _default_name(case, device), device)
     return DRIVERS[enc.kind][1](enc, arrays, params, dt)
 
 
