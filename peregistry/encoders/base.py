@@ -1,35 +1,23 @@
-"""Encoder base classes: options declared once; validation, immutability, hashing and repr for free.
-
-Every encoder is a subclass of one of the four *kinds*:
-
-=====================  =========================================================================
-kind                   public method(s)
-=====================  =========================================================================
-``absolute``           ``encode(positions, *, params=None, dtype=None)``
-``rotary``             ``rotate(x, positions=None, *, offset=0, params=None)``, ``cos_sin(...)``
-``bias``               ``bias(q_positions, k_positions, *, params=None, dtype=None)``
-``relative-embedding`` ``embed(q_positions, k_positions, *, params=None, dtype=None)``
-=====================  =========================================================================
-
-The public methods live here, in the base classes: they find the caller's namespace and device
-once, validate positions and dtypes, and hand a :class:`Ctx` to the subclass's private hook
-(``_encode``, ...), which computes in the wide dtype ``ctx.wide`` with Array API calls only. The
-result is cast to the requested dtype exactly once, here.
+"""Encoder base classes: options declared once, with validation, immutability, hashing and repr
+for free, and the public methods of the kinds ``absolute`` (``encode``), ``bias`` (``bias``) and
+``relative-embedding`` (``embed``); ``rotary`` lives in :mod:`peregistry.rope`. A public method
+finds the caller's namespace and device once (:mod:`.context`), validates positions and dtypes,
+hands a :class:`Ctx` to the subclass's private hook (``_encode``, ...), which computes in
+``ctx.wide`` with Array API calls only, and casts the result to the requested dtype once.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import Option, freeze, thaw
 from .._services import current_services, use_services
+from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
 
 if TYPE_CHECKING:
     from .._services import Services
-    from ..backends._base import Backend
 
 __all__ = [
     "KINDS",
@@ -38,34 +26,13 @@ __all__ = [
     "Ctx",
     "Encoder",
     "RelativeEmbedding",
+    # from .context, for older imports
+    "check_positions",
+    "make_context",
+    "resolve_dtype",
 ]
 
 KINDS = ("absolute", "rotary", "bias", "relative-embedding")
-
-
-@dataclass(frozen=True, slots=True)
-class Ctx:
-    """What a private hook needs to know about the caller's arrays.
-
-    :ivar xp: the Array API namespace of the inputs.
-    :ivar backend: the adapter of that namespace.
-    :ivar device: the inputs' device (None inside a tracer, or for a sharded array).
-    :ivar wide: the float dtype to compute in (float64 where the backend offers it).
-    """
-
-    xp: Any
-    backend: Backend
-    device: Any
-    wide: Any
-
-    @property
-    def has_float64(self) -> bool:
-        return bool(self.wide == getattr(self.xp, "float64", None))
-
-    def constant(self, values: Any, dtype: Any = None) -> Any:
-        """A host constant (a Python number or list) as an array on the inputs' device."""
-        return self.xp.asarray(values, dtype=self.wide if dtype is None else dtype,
-                               device=self.device)
 
 
 def _class_label(cls: type) -> str:
@@ -352,141 +319,6 @@ class Encoder:
         if dtype is None and params:
             return params_dtype(params, ctx)
         return resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
-
-
-def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
-                    backend: Backend) -> TypeError:
-    """The error for inputs of two frameworks, naming the inputs when their names are known
-    (a params array of another framework than the positions is the common case)."""
-    which = ""
-    fix = "pass all arrays from one framework (peregistry.convert moves arrays between frameworks)"
-    if first is not None and name is not None:
-        if name.startswith("params") and not first.startswith("params"):
-            which = (f": {name} is a {backend.name} array but the positions are "
-                     f"{first_backend.name}")
-            fix = ("pass positions and params of one framework (peregistry.convert(params, xp) "
-                   "moves params)")
-        else:
-            which = (f": {first} is a {first_backend.name} array but {name} is a "
-                     f"{backend.name} array")
-    return TypeError(f"{owner}: inputs mix arrays of {first_backend.name} and {backend.name}"
-                     f"{which}; {fix}")
-
-
-def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | None = None,
-                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
-    """The :class:`Ctx` of ``arrays`` (None entries skipped) and the arrays, Python numbers and
-    sequences made arrays of the others' backend (NumPy if there are none). Backends are looked
-    up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
-    if given, are the arguments' names (one per array), for the error messages."""
-    registry = current_services() if services is None else services
-    labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
-    backend = None
-    first: str | None = None
-    owners = []
-    for a, label in zip(arrays, labels, strict=True):
-        b = None if a is None else registry.backend_of(a)
-        owners.append(b)
-        if a is None:
-            continue
-        if b is None:
-            if isinstance(a, int | float | list | tuple) and not isinstance(a, bool):
-                continue
-            raise TypeError(
-                f"{owner}: {label + ': ' if label else ''}expected an array of a registered backend "
-                f"({', '.join(x.name for x in registry.backends())}) or a Python "
-                f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
-            )
-        if backend is None:
-            backend, first = b, label
-        elif b is not backend:
-            raise _mixed_backends(owner, first, backend, label, b)
-    if backend is None:
-        import numpy  # noqa: F401 - Python inputs are NumPy's
-
-        backend = registry.backend("numpy")
-    xp = backend.namespace()
-    device = None
-    out = []
-    for a, b, label in zip(arrays, owners, labels, strict=True):
-        if a is not None and b is None:
-            a = _from_python(owner, a, backend, what=label or "positions")
-        elif a is not None and device is None:
-            device = backend.device(a)
-        out.append(a)
-    return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
-
-
-def _from_python(owner: str, a: Any, backend: Backend, *, what: str) -> Any:
-    """A Python number or (nested) sequence of numbers as an array of ``backend``."""
-    import numpy as np
-
-    try:
-        arr = np.asarray(a)
-    except ValueError:  # ragged nesting: NumPy's message does not say which argument
-        raise ValueError(f"{owner}: {what} must be a rectangular (non-ragged) sequence of "
-                         f"numbers, got {_short(a)}: its rows have different lengths") from None
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{owner}: {what} must be numbers, got {_short(a)}")
-    return backend.from_numpy(arr)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (positions may be long)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuous: bool) -> Any:
-    """``positions`` if they are an array of integers (or of reals, for a ``continuous``
-    encoder); else a ``TypeError`` naming ``what`` (the argument), the value and what is
-    allowed."""
-    allowed = "an integer or real floating dtype" if continuous else "an integer dtype"
-    if positions is None:
-        raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
-                        f"with {allowed}, got None")
-    xp = ctx.xp
-    dtype = positions.dtype
-    try:
-        integral = xp.isdtype(dtype, "integral")
-        real = xp.isdtype(dtype, "real floating")
-    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
-        integral = real = False
-    if integral:
-        return positions
-    if real:
-        if continuous:
-            return positions
-        raise TypeError(
-            f"{owner}: {what} must have an integer dtype (this encoder is defined at integer "
-            f"positions only), got {ctx.backend.dtype_name(dtype)}"
-        )
-    raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
-
-
-def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
-    """The dtype of learned ``params`` (their promoted dtype if they differ); the namespace's
-    default real floating dtype if that is not a real floating dtype."""
-    dtypes = {v.dtype for v in params.values()}
-    dt = dtypes.pop() if len(dtypes) == 1 else ctx.xp.result_type(*dtypes)
-    return dt if ctx.backend.is_float_dtype(dt) else ctx.backend.default_float_dtype(ctx.device)
-
-
-def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
-    """``dtype=None`` → the namespace's default real floating dtype; names like ``"bfloat16"``
-    are accepted; anything not a real floating dtype of ``backend`` is a ``TypeError``."""
-    if dtype is None:
-        return backend.default_float_dtype(device)
-    floats = backend.float_dtypes()
-    if isinstance(dtype, str):
-        if dtype in floats:
-            return floats[dtype]
-    elif backend.is_float_dtype(dtype):
-        return dtype
-    raise TypeError(
-        f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
-        f"allowed: None, {', '.join(floats)}"
-    )
 
 
 def check_encoder_class(obj: Any) -> str | None:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._services import current_services
-from .base import Encoder, resolve_dtype
+from .base import Encoder
+from .context import resolve_dtype
 from .pairs import check_param_arrays
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ class RotaryTables:
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
                  owner: str = "RotaryTables", ctx: Ctx | None = None) -> None:
         if ctx is None:
-            from ..encoders.base import make_context
+            from ..encoders.context import make_context
 
             ctx, (cos, sin) = make_context(owner, (cos, sin))
         if tuple(cos.shape) != tuple(sin.shape) or cos.dtype != sin.dtype:

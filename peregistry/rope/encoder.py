@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..encoders.base import Ctx, Encoder, resolve_dtype
+from ..encoders.base import Encoder
+from ..encoders.context import Ctx, resolve_dtype
 from . import _delegation
 from ._apply import RotaryTables
 from ._funcs import Layout, full_width
