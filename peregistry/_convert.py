@@ -1,24 +1,29 @@
-"""``peregistry.convert``: move arrays between frameworks, DLPack first."""
+"""``peregistry.convert``: move arrays between frameworks, DLPack first (backends are those of
+the current registry, :func:`peregistry._services.current_services`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .registry import default_registry
+from ._services import current_services
+
+if TYPE_CHECKING:
+    from ._services import Services
 
 
 def convert(params: Any, xp: Any, device: Any = None) -> Any:
-    target = default_registry.backend_of_namespace(xp)
+    registry = current_services()
+    target = registry.backend_of_namespace(xp)
     if isinstance(params, Mapping):
-        return {k: _one(v, target, device) for k, v in params.items()}
+        return {k: _one(v, target, device, registry) for k, v in params.items()}
     if isinstance(params, list | tuple):
-        return type(params)(_one(v, target, device) for v in params)
-    return _one(params, target, device)
+        return type(params)(_one(v, target, device, registry) for v in params)
+    return _one(params, target, device, registry)
 
 
-def _one(x: Any, target: Any, device: Any) -> Any:
-    source = default_registry.backend_of(x)
+def _one(x: Any, target: Any, device: Any, registry: Services) -> Any:
+    source = registry.backend_of(x)
     if source is None:
         raise TypeError(
             f"convert: expected arrays of a registered backend, got {type(x).__qualname__}"

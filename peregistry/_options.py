@@ -15,13 +15,14 @@ names the encoder, the option, the value and what is allowed.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["REQUIRED", "Option", "freeze", "thaw"]
+__all__ = ["EXAMPLE_CANDIDATES", "NO_EXAMPLE", "REQUIRED", "Option", "freeze", "thaw"]
 
 
 class _Required:
@@ -40,6 +41,41 @@ class _Required:
 
 REQUIRED: Final = _Required()
 
+
+class _NoExample:
+    """Sentinel: an option has no example value (see :meth:`Option.example_value`)."""
+
+    def __repr__(self) -> str:
+        return "NO_EXAMPLE"
+
+
+NO_EXAMPLE: Final = _NoExample()
+
+#: Values tried, in order, when a required option without an ``example`` needs one: the first
+#: the option accepts (its type, ``choices`` and ``check``) is used. ``str`` options try their
+#: first choice; ``tuple`` and ``dict`` options have no generic example.
+EXAMPLE_CANDIDATES: dict[type, tuple[Any, ...]] = {
+    int: (64, 32, 16, 8, 4, 2, 1),
+    float: (1.0, 0.5, 2.0, 10000.0),
+    bool: (False, True),
+    str: (),
+    tuple: (),
+    dict: (),
+}
+
+#: How each type is written on a command line (for ``--help`` and error messages).
+_TYPE_SYNTAX: dict[type, str] = {
+    int: "int",
+    float: "float",
+    str: "str",
+    bool: "bool",
+    tuple: "ints 1,2,3",
+    dict: "JSON object",
+}
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+_NONE_WORDS = frozenset({"none", "null"})
+
 _TYPE_WORDS: dict[Any, str] = {
     int: "an integer",
     float: "a real number",
@@ -48,6 +84,9 @@ _TYPE_WORDS: dict[Any, str] = {
     dict: "a dict",
     tuple: "a sequence of integers",
 }
+
+#: The entries a ``tuple`` option may hold (``Option(tuple, item=float)``).
+_ITEM_WORDS: dict[Any, str] = {int: "a sequence of integers", float: "a sequence of real numbers"}
 
 
 def _type_name(value: object) -> str:
@@ -59,6 +98,8 @@ class Option:
 
     :param type: ``int``, ``float``, ``str``, ``bool``, ``dict`` (a mapping of str keys, stored
         frozen) or ``tuple`` (a sequence of integers, stored as a tuple).
+    :param item: for ``tuple`` options, the type of the entries: ``int`` (the default) or
+        ``float`` (finite real numbers, stored as floats; e.g. LongRoPE's ``short_factor``).
     :param default: the default value; omit it for a required option.
     :param allowed: the phrase that describes allowed values in error messages
         ("a positive even integer").
@@ -66,12 +107,13 @@ class Option:
     :param choices: for ``str`` options, the allowed strings.
     :param nullable: ``None`` is allowed (and means "derive from the other options").
     :param doc: one line for ``--help``, the docs and ``peregistry show``.
-    :param example: a typical value for a required option (``peregistry check`` uses it when the
-        user gives none; it must be valid together with the other options' examples).
+    :param example: a typical value for a required option (``peregistry check`` and ``plot``
+        use it when the user gives none; it must be valid together with the other options'
+        examples). See :meth:`example_value` and :meth:`Encoder.example_options`.
     """
 
-    __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "name", "nullable",
-                 "type")
+    __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "item", "name",
+                 "nullable", "type")
 
     def __init__(
         self,
@@ -84,15 +126,20 @@ class Option:
         nullable: bool = False,
         doc: str = "",
         example: Any = None,
+        item: type = int,
     ) -> None:
         if type not in _TYPE_WORDS:
             raise TypeError(f"Option type must be one of {sorted(t.__name__ for t in _TYPE_WORDS)}")
+        if item not in _ITEM_WORDS:
+            raise TypeError("Option item (the type of a tuple's entries) must be int or float")
         self.type = type
+        self.item = item
         self.default = default
         self.choices = tuple(choices) if choices is not None else None
         self.allowed = allowed or (
             "one of " + ", ".join(repr(c) for c in self.choices)
             if self.choices is not None
+            else _ITEM_WORDS[item] if type is tuple
             else _TYPE_WORDS[type]
         )
         self.check = check
@@ -116,6 +163,49 @@ class Option:
     def __repr__(self) -> str:
         default = "" if self.required else f", default={self.default!r}"
         return f"Option({self.type.__name__}{default})"
+
+    # -- examples and text ----------------------------------------------------------------------
+    @property
+    def syntax(self) -> str:
+        """How a value is written on a command line: ``int``, ``ints 1,2,3``, ``JSON object``..."""
+        return "numbers 1.0,0.5" if self.type is tuple and self.item is float else _TYPE_SYNTAX[self.type]
+
+    def example_value(self) -> Any:
+        """A value this option accepts, for filling it when the user gives none: its
+        ``example``, else its first choice, else the first of :data:`EXAMPLE_CANDIDATES` for its
+        type that passes :meth:`convert`; :data:`NO_EXAMPLE` if none does."""
+        candidates: tuple[Any, ...] = () if self.example is None else (self.example,)
+        if self.type is str and self.choices:
+            candidates += (self.choices[0],)
+        for value in (*candidates, *EXAMPLE_CANDIDATES[self.type]):
+            try:
+                self.convert("?", value)
+            except (TypeError, ValueError):
+                continue
+            return value
+        return NO_EXAMPLE
+
+    def parse(self, owner: str, text: str) -> Any:
+        """The value written as ``text`` on a command line (not yet checked: see :meth:`convert`).
+
+        ``int``: ``8``; ``float``: ``1e4``; ``str``: as given; ``bool``: ``true``/``false`` (also
+        ``1/0``, ``yes/no``, ``on/off``); ``tuple`` of ints: ``1,2,3`` (brackets optional, ``""``
+        is empty); ``dict``: a JSON object. ``none``/``null`` means None for a nullable option.
+
+        :raises ValueError: naming the encoder ``owner``, the option, the text and what is allowed.
+        """
+        word = text.strip()
+        if self.nullable and word.lower() in _NONE_WORDS:
+            return None
+        parse = _parse_floats if self.type is tuple and self.item is float else _PARSERS.get(self.type)
+        if parse is None:  # str
+            return text
+        try:
+            return parse(word)
+        except ValueError as exc:
+            hint = f" ({exc})" if str(exc) else ""
+            raise ValueError(f"{owner}: option {self.name!r} must be {self.allowed}, "
+                             f"got {text!r}{hint}") from None
 
     # -- conversion -----------------------------------------------------------------------------
     def convert(self, owner: str, value: Any) -> Any:
@@ -142,6 +232,16 @@ class Option:
             f"{owner}: option {self.name!r} must be {self.allowed}, "
             f"got {value!r} of type {_type_name(value)}"
         )
+
+    def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
+        if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            raise self._wrong_type(owner, value)
+        out = tuple(float(v) for v in value)
+        if not all(math.isfinite(v) for v in out):
+            raise ValueError(
+                f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
+            )
+        return out
 
     def _convert_type(self, owner: str, value: Any) -> Any:
         t = self.type
@@ -173,6 +273,8 @@ class Option:
         if t is tuple:
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
                 raise self._wrong_type(owner, value)
+            if self.item is float:
+                return self._float_tuple(owner, value)
             try:
                 return tuple(operator.index(v) for v in value)
             except TypeError:
@@ -181,6 +283,59 @@ class Option:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise self._wrong_type(owner, value)
         return freeze(value)
+
+
+def _parse_bool(word: str) -> bool:
+    if word.lower() in _TRUE_WORDS:
+        return True
+    if word.lower() in _FALSE_WORDS:
+        return False
+    raise ValueError("write true or false")
+
+
+def _parse_number(kind: type) -> Callable[[str], Any]:
+    def parse(word: str) -> Any:
+        try:
+            return kind(word)
+        except ValueError:
+            raise ValueError("") from None
+
+    return parse
+
+
+def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]]:
+    def parse(word: str) -> tuple[Any, ...]:
+        inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
+        if not inner:
+            return ()
+        try:
+            return tuple(item(p) for p in inner.split(","))
+        except ValueError:
+            raise ValueError(f"write {example}") from None
+
+    return parse
+
+
+def _parse_json_object(word: str) -> Any:
+    try:
+        value = json.loads(word)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError("write a JSON object, e.g. '{\"type\": \"linear\", \"factor\": 2.0}'")
+    return value
+
+
+#: Command-line text to value, by option type (``str`` is taken as given).
+_PARSERS: dict[type, Callable[[str], Any]] = {
+    bool: _parse_bool,
+    int: _parse_number(int),
+    float: _parse_number(float),
+    tuple: _parse_sequence(int, "integers separated by commas, e.g. 1,2,3"),
+    dict: _parse_json_object,
+}
+#: ``Option(tuple, item=float)``: numbers separated by commas.
+_parse_floats = _parse_sequence(float, "numbers separated by commas, e.g. 1.0,0.5")
 
 
 class _FrozenDict(tuple):  # type: ignore[type-arg]

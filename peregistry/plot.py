@@ -89,7 +89,8 @@ def _title(enc: Encoder, settings: PlotSettings, what: str) -> str:
 
 
 def _rotary_pairs(enc: Encoder, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """One column per rotated pair of a ``cos_sin`` output, whatever the layout."""
+    """One column per rotated pair of a ``cos_sin`` output, whatever the layout (the rotary
+    kind's ``layout`` option, read as :class:`~peregistry.RotaryEncoder` reads it)."""
     rotary_dim = values.shape[-1]
     if enc.options.get("layout", "half") == "interleaved":
         return values[..., 0::2]
@@ -98,6 +99,26 @@ def _rotary_pairs(enc: Encoder, values: np.ndarray[Any, Any]) -> np.ndarray[Any,
 
 def _text_positions(enc: Encoder, positions: Any) -> Any:
     return enc.text_positions(positions)  # type: ignore[attr-defined]
+
+
+def _position_axes(enc: Encoder) -> int:
+    """How many position axes a rotary encoder turns by: 0 for one position per token, else
+    the rows of its text positions (``(axes, n)``, e.g. M-RoPE's temporal, height, width)."""
+    import numpy as np
+
+    if enc.kind != "rotary":
+        return 0
+    probe = np.asarray(_text_positions(enc, np.arange(1)))
+    return int(probe.shape[0]) if probe.ndim == 2 else 0
+
+
+def _sequence(enc: Encoder, n: int) -> tuple[Any, str]:
+    """The encoder's first ``n`` positions in order (:meth:`Encoder.sequence_positions`) and the
+    axis label that goes with them."""
+    import numpy as np
+
+    positions = np.asarray(enc.sequence_positions(n))
+    return positions, "position" if positions.ndim == 1 else "position index (in order)"
 
 
 # -- plot kinds -----------------------------------------------------------------------------------
@@ -110,15 +131,9 @@ def plot_heatmap(enc: Encoder, settings: PlotSettings) -> Any:
     n = settings.length or 64
     params = _params(enc, settings)
     if enc.kind == "absolute":
-        if "height" in enc.options and "width" in enc.options:  # learned-2d: the grid, row-major
-            h, w = enc.options["height"], enc.options["width"]
-            table = np.asarray(enc.grid(h, w, params=params)).reshape(h * w, -1)  # type: ignore[attr-defined]
-            ylabel = "grid cell (row-major)"
-        else:
-            if "num_positions" in enc.options:
-                n = min(n, enc.options["num_positions"])
-            table = np.asarray(enc.encode(np.arange(n), params=params))  # type: ignore[attr-defined]
-            ylabel = "position"
+        positions, ylabel = _sequence(enc, n)
+        table = np.asarray(enc.encode(positions, params=params))  # type: ignore[attr-defined]
+        table = table.reshape(positions.shape[0], -1)
         what = "the table"
     elif enc.kind == "relative-embedding":
         q = np.asarray([n // 2])
@@ -145,9 +160,11 @@ def _decay_values(enc: Encoder, n: int, settings: PlotSettings) -> tuple[Any, An
 
     k = np.arange(n)
     if enc.kind == "absolute":
-        table = np.asarray(enc.encode(k, params=_params(enc, settings)))  # type: ignore[attr-defined]
+        positions, _ = _sequence(enc, n)
+        table = np.asarray(enc.encode(positions, params=_params(enc, settings)))  # type: ignore[attr-defined]
+        table = table.reshape(positions.shape[0], -1)
         dots = table @ table[0] / float(table[0] @ table[0])
-        return k, dots, "PE(0)·PE(k) / PE(0)·PE(0)"
+        return k[: positions.shape[0]], dots, "PE(0)·PE(k) / PE(0)·PE(0)"
     if enc.kind == "rotary":
         cos, _sin = enc.cos_sin(_text_positions(enc, k))  # type: ignore[attr-defined]
         cos = _rotary_pairs(enc, np.asarray(cos))
@@ -176,8 +193,8 @@ def plot_decay(enc: Encoder, settings: PlotSettings) -> Any:
 
 def plot_angles(enc: Encoder, settings: PlotSettings) -> Any:
     """The rotation angle of each pair per unit of position (``ω_i``, log scale), read from
-    ``cos_sin`` (scalings included). An M-RoPE encoder gets one series per axis, advancing that
-    axis alone: the sections (contiguous or interleaved) become visible."""
+    ``cos_sin`` (scalings included). A multi-axis encoder (M-RoPE) gets one series per axis,
+    advancing that axis alone: its sections (contiguous or interleaved) become visible."""
     import numpy as np
 
     if enc.kind != "rotary":
@@ -192,11 +209,11 @@ def plot_angles(enc: Encoder, settings: PlotSettings) -> Any:
         return np.unwrap(ang, axis=0)[-1] / (n - 1)
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    sections = enc.options.get("sections")
-    if sections:
-        for axis, label in zip(range(len(sections)), ("temporal", "height", "width", "axis 3"),
+    axes = _position_axes(enc)
+    if axes:
+        for axis, label in zip(range(axes), ("temporal", "height", "width", "axis 3"),
                                strict=False):
-            pos = np.zeros((len(sections), n), dtype=np.int64)
+            pos = np.zeros((axes, n), dtype=np.int64)
             pos[axis] = p
             w = omega(pos)
             idx = np.flatnonzero(w > 0)
@@ -311,7 +328,7 @@ PLOTS: dict[str, PlotFunction] = {
 #: The plot kinds that apply to each encoder kind; the first is the default.
 PLOT_KINDS_BY_KIND: dict[str, tuple[str, ...]] = {
     "absolute": ("heatmap", "decay"),
-    "rotary": ("angles", "decay", "ids"),
+    "rotary": ("angles", "decay", "ids"),  # ids: multi-axis ones only
     "bias": ("bias",),
     "relative-embedding": ("heatmap",),
 }
@@ -337,8 +354,9 @@ def make_figure(enc: Encoder, kind: str | None = None,
     if kind not in PLOTS:
         raise ValueError(f"plot kind must be one of {', '.join(PLOTS)}, got {kind!r}")
     allowed = PLOT_KINDS_BY_KIND.get(enc.kind, ())
-    if kind not in allowed or (kind == "ids" and "sections" not in enc.options):
-        fits = [k for k in allowed if k != "ids" or "sections" in enc.options]
+    multi_axis = _position_axes(enc) > 0
+    if kind not in allowed or (kind == "ids" and not multi_axis):
+        fits = [k for k in allowed if k != "ids" or multi_axis]
         raise ValueError(f"plot kind {kind!r} does not apply to {enc.name} ({enc.kind}); "
                          f"it has: {', '.join(fits) or 'none'}")
     return PLOTS[kind](enc, settings)

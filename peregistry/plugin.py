@@ -81,6 +81,8 @@ from ._options import Option
 from .backends._base import Backend
 from .encoders._angles import Frequencies, angles, cos_sin
 from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding, RotaryEncoder
+from .encoders.learned_params import LearnedParams, init_params
+from .encoders.pairs import compute_dtype, distance, gather, index_dtype
 
 __all__ = [
     "AbsoluteEncoder",
@@ -96,4 +98,14 @@ __all__ = [
     "cos_sin",
     "hookimpl",
     "hookspec",
+]
+
+# Building blocks of the pair kinds (``k - q``) and of learned encoders: see docs/plugins.md.
+__all__ += [
+    "LearnedParams",
+    "compute_dtype",
+    "distance",
+    "gather",
+    "index_dtype",
+    "init_params",
 ]

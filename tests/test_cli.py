@@ -91,6 +91,35 @@ class Spinner(per.RotaryEncoder):
     dim = per.Option(int, 8)
 
 
+class Tiles(per.AbsoluteEncoder):
+    """Test plugin encoder with options shaped like first-party ones (sections, a scaling dict)
+    and examples it declares itself: the command line treats it exactly as a built-in."""
+
+    name = "cli-tiles"
+    __slots__ = ()
+    sections = per.Option(tuple, allowed="positive integers", doc="tiles per axis",
+                          check=lambda s: len(s) > 0 and all(v > 0 for v in s))
+    width = per.Option(int, allowed="sum(sections)", check=lambda w: w > 0)
+    scaling = per.Option(dict, None, nullable=True, doc='{"factor": F} multiplies the values')
+
+    @classmethod
+    def example_options(cls) -> dict[str, Any]:
+        return {"sections": (1, 2), "width": 3}  # width depends on sections
+
+    @property
+    def out_dim(self) -> int:
+        return int(self.width)
+
+    def _validate(self) -> None:
+        if self.width != sum(self.sections):
+            raise self._invalid("width", self.width, f"sum(sections) = {sum(self.sections)}")
+
+    def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
+        factor = float((self.options["scaling"] or {}).get("factor", 1.0))
+        pos = ctx.xp.astype(positions, ctx.wide)[..., None]
+        return pos * ctx.constant([factor] * self.width)
+
+
 class _Plugin:
     def __init__(self, *classes: type[per.Encoder]) -> None:
         self.classes = list(classes)
@@ -109,6 +138,15 @@ class _BrokenPlugin:
 @pytest.fixture
 def test_encoders() -> Iterator[None]:
     name = per.register(_Plugin(Kitchen, WrongShape, NeedsTuple, Spinner), name="cli-test-plugin")
+    try:
+        yield
+    finally:
+        per.unregister(name)
+
+
+@pytest.fixture
+def tiles_plugin() -> Iterator[None]:
+    name = per.register(_Plugin(Tiles), name="cli-tiles-plugin")
     try:
         yield
     finally:
@@ -474,6 +512,43 @@ def test_unexpected_error_has_no_traceback_unless_asked(capsys: pytest.CaptureFi
         main(["--traceback", "show", "sinusoidal", "--dim", "8", "--positions", "2"])
 
 
+# -- a plugin's encoder: no special case --------------------------------------------------------
+def test_plugin_options_parse_as_flags(capsys: pytest.CaptureFixture[str],
+                                       tiles_plugin: None) -> None:
+    code, out, err = run(capsys, "show", "cli-tiles", "--sections", "2,3,3", "--width", "8",
+                         "--scaling", '{"type": "linear", "factor": 2}', "--positions", "1",
+                         "--decimals", "1")
+    assert (code, err) == (0, "")
+    header, values = out.splitlines()
+    assert header.startswith("get_encoder('cli-tiles', sections=(2, 3, 3), width=8, "
+                             "scaling={'factor': 2, 'type': 'linear'})")
+    assert values == "[" + ", ".join(["2.0"] * 8) + "]"
+    assert_usage_error(*run(capsys, "show", "cli-tiles", "--sections", "2,x", "--width", "2"),
+                       "cli-tiles: option 'sections' must be positive integers, got '2,x'")
+    assert_usage_error(*run(capsys, "show", "cli-tiles", "--sections", "2", "--width", "3",
+                            "--positions", "1"),
+                       "option 'width' must be sum(sections) = 2, got 3")
+
+
+def test_plugin_example_options_fill_show_check_and_plot(capsys: pytest.CaptureFixture[str],
+                                                         tiles_plugin: None,
+                                                         tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "show", "cli-tiles")
+    assert code == 0
+    assert "ints 1,2,3" in next(r for r in out.splitlines() if r.startswith("--sections "))
+    assert "peregistry show cli-tiles --sections 1,2 --width 3 --positions 0:4" in out
+    code, out, _ = run(capsys, "check", "cli-tiles", "--backend", "numpy")
+    assert code == 0, out
+    assert {r.split()[0] for r in out.splitlines()[2:-1]} == {"cli-tiles"}
+    code, out, _ = run(capsys, "check", "cli-tiles", "--backend", "numpy",
+                       "--option", "sections=1,1", "--option", "width=2")
+    assert code == 0, out
+    pytest.importorskip("matplotlib")
+    code, out, err = run(capsys, "plot", "cli-tiles", "--length", "4", "-o", str(tmp_path / "t.png"))
+    assert code == 0, err
+    assert "get_encoder('cli-tiles', sections=(1, 2), width=3, scaling=None)" in out
+
+
 # -- parsing helpers ------------------------------------------------------------------------------
 def test_parse_positions_shapes() -> None:
     assert parse_positions("2").shape == ()
@@ -506,15 +581,39 @@ def test_check_named_encoder(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_check_default_is_every_encoder_with_example_options(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``check`` without NAME hands every registered encoder, built with its example options, to
+    the suite on the chosen backends. The suite is stubbed for the chosen backends: running it
+    for real on every encoder under torch.compile and jax.jit took minutes (issue 12), and the
+    conformance tests run it for every built-in on each backend anyway. It runs for real on
+    NumPy below, so the example options are proven to pass."""
+    import peregistry.testing as testing
     from peregistry.testing._core import selected_backends
 
     chosen = {b.name for b in selected_backends()}
-    code, out, _ = run(capsys, "check", "--backend", ",".join(sorted(chosen)))
+    seen: list[tuple[per.Encoder, str]] = []
+
+    def suite(enc: per.Encoder, *, backends: str) -> testing.Report:
+        seen.append((enc, backends))
+        return testing.Report(tuple(testing.ReportRow(enc.name, b, "check_stub", "passed")
+                                    for b in backends.split(",")))
+
+    with monkeypatch.context() as m:
+        m.setattr(testing, "check_encoder", suite)
+        code, out, _ = run(capsys, "check", "--backend", ",".join(sorted(chosen)))
     assert code == 0, out
     backends = {r.split()[1] for r in out.splitlines()[2:-1] if r.startswith("sinusoidal ")}
     assert backends == chosen
+    registered = sorted({i.name for i in per.list_encoders() if i.name is not None})
+    assert sorted(enc.name for enc, _ in seen) == registered
+    for enc, names in seen:
+        assert enc == per.get_encoder(enc.name, **type(enc).example_options())
+        assert set(names.split(",")) == chosen
+
+    code, out, _ = run(capsys, "check", "--backend", "numpy")  # the real suite
+    assert code == 0, out
+    assert {r.split()[0] for r in out.splitlines()[2:-1]} == set(registered)
 
 
 def test_check_failure_exits_1(capsys: pytest.CaptureFixture[str], test_encoders: None) -> None:

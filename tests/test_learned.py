@@ -377,3 +377,46 @@ def test_jax_params_are_a_pytree_for_grad_and_jit() -> None:
         losses.append(float(value))
     assert losses[-1] < 0.05 * losses[0]
     assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure({"table": 0})
+
+
+# -- the public learned-params init (peregistry.plugin) ------------------------------------------
+def test_init_params_is_float32_exact_and_the_same_as_the_built_ins(backend: Any) -> None:
+    from peregistry.plugin import init_params
+
+    want = LEARNED.init(np, seed=5, dtype=np.float32)
+    for name in backend.float_dtypes():
+        got = init_params(LEARNED, backend.native(), seed=5, dtype=backend.float_dtypes()[name])
+        assert got["table"].dtype == backend.float_dtypes()[name]
+        if name in ("float16", "bfloat16"):
+            continue
+        values = backend.to_numpy(got["table"]).astype(np.float64)
+        np.testing.assert_array_equal(values, np.asarray(want["table"], dtype=np.float64))
+    f64 = np.asarray(init_params(LEARNED, np, seed=5, dtype=np.float64)["table"])
+    assert np.array_equal(f64.astype(np.float32).astype(np.float64), f64)
+
+
+def test_learned_params_mixin_makes_a_plugin_table_pass_the_suite(backend: Any) -> None:
+    from peregistry.plugin import LearnedParams, gather, index_dtype
+    from peregistry.testing import check_encoder
+
+    class Table(LearnedParams, per.AbsoluteEncoder):
+        """A learned table written from the public building blocks only."""
+
+        name = "test-public-table"
+        dim = per.Option(int, 4)
+
+        @property
+        def out_dim(self) -> int:
+            return int(self._values["dim"])
+
+        def param_shapes(self) -> dict[str, tuple[int, ...]]:
+            return {"table": (1024, int(self._values["dim"]))}
+
+        def _encode(self, positions: Any, *, params: Any, ctx: Any) -> Any:
+            idx = ctx.xp.astype(positions, index_dtype(ctx))
+            return gather(params["table"], idx, axis=0, ctx=ctx)
+
+    report = check_encoder(Table(dim=4), backends=backend.name)
+    assert report.ok, str(report)
+    with pytest.raises(TypeError, match="must be an array"):
+        Table(dim=4).encode(np.arange(2), params={"table": [[0.0] * 4] * 1024})

@@ -122,3 +122,108 @@ def test_summary_and_family_default_from_class() -> None:
 def test_keyword_only() -> None:
     with pytest.raises(TypeError):
         Toy(3)  # type: ignore[call-arg]
+
+
+# -- command-line text and example values ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("option", "text", "value"),
+    [
+        ("dim", "8", 8),
+        ("dim", " -3 ", -3),
+        ("scale", "1e4", 10000.0),
+        ("scale", "0.5", 0.5),
+        ("mode", "b", "b"),
+        ("mode", "none", "none"),  # not nullable: a string like any other
+        ("flag", "true", True),
+        ("flag", "Off", False),
+        ("flag", "1", True),
+        ("sizes", "2,3,3", (2, 3, 3)),
+        ("sizes", "[1, 2]", (1, 2)),
+        ("sizes", "(4,)", (4,)),
+        ("sizes", "", ()),
+        ("extra", '{"type": "linear", "factor": 2}', {"type": "linear", "factor": 2}),
+        ("extra", "None", None),
+        ("extra", "null", None),
+    ],
+)
+def test_parse_text_by_type(option: str, text: str, value: object) -> None:
+    got = Toy._option_specs[option].parse("toy", text)
+    assert got == value
+    assert type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "pattern"),
+    [
+        ("dim", "abc", r"^toy: option 'dim' must be a positive integer, got 'abc'$"),
+        ("dim", "2.5", r"option 'dim' must be a positive integer, got '2.5'"),
+        ("dim", "none", r"option 'dim' must be a positive integer, got 'none'"),
+        ("scale", "fast", r"option 'scale' must be a finite number > 0, got 'fast'"),
+        ("flag", "maybe", r"option 'flag' must be a bool \(True or False\), got 'maybe' "
+                          r"\(write true or false\)"),
+        ("sizes", "1,x", r"option 'sizes' must be a sequence of integers, got '1,x' \(write "
+                         r"integers separated by commas, e.g. 1,2,3\)"),
+        ("extra", "{oops", r"option 'extra' must be a dict, got '\{oops' \(not valid JSON"),
+        ("extra", "[1]", r"option 'extra' must be a dict, got '\[1\]' \(write a JSON object"),
+    ],
+)
+def test_parse_errors_name_option_text_and_allowed(option: str, text: str, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        Toy._option_specs[option].parse("toy", text)
+
+
+def test_parse_float_sequence() -> None:
+    spec = per.Option(tuple, item=float)
+    spec.name = "short_factor"
+    assert spec.parse("x", "1,0.5,2e1") == (1.0, 0.5, 20.0)
+    assert spec.syntax == "numbers 1.0,0.5"
+    with pytest.raises(ValueError, match=r"option 'short_factor' must be a sequence of real "
+                                         r"numbers, got '1,a' \(write numbers separated by commas"):
+        spec.parse("x", "1,a")
+
+
+def test_parsed_text_is_checked_by_convert_as_any_value() -> None:
+    spec = Toy._option_specs["dim"]
+    with pytest.raises(ValueError, match=r"option 'dim' must be a positive integer, got 0"):
+        spec.convert("toy", spec.parse("toy", "0"))
+
+
+def test_syntax_names_how_a_type_is_written() -> None:
+    specs = Toy._option_specs
+    assert [specs[k].syntax for k in ("dim", "scale", "mode", "flag", "extra", "sizes")] == [
+        "int", "float", "str", "bool", "JSON object", "ints 1,2,3"]
+
+
+def test_example_value_declared_choice_or_generic() -> None:
+    from peregistry._options import NO_EXAMPLE
+
+    assert per.Option(int, example=7).example_value() == 7
+    assert per.Option(int, check=lambda n: n < 10).example_value() == 8  # first generic accepted
+    assert per.Option(str, choices=("x", "y")).example_value() == "x"
+    assert per.Option(tuple).example_value() is NO_EXAMPLE
+    assert per.Option(dict).example_value() is NO_EXAMPLE
+    assert per.Option(int, check=lambda n: n > 10**6).example_value() is NO_EXAMPLE
+
+
+def test_example_options_fill_required_options_only() -> None:
+    assert Toy.example_options() == {"dim": 64}
+
+    class Grid(per.AbsoluteEncoder):
+        name = "toy-grid"
+        dim = per.Option(int, check=lambda d: d < 50)
+        cells = per.Option(tuple, example=(2, 3))
+        note = per.Option(str, "x")
+
+    assert Grid.example_options() == {"dim": 32, "cells": (2, 3)}
+    Grid(**Grid.example_options())
+
+
+def test_builtin_encoders_build_from_their_example_options() -> None:
+    from peregistry.registry import default_registry
+
+    builtin = [i.name for i in per.list_encoders() if i.plugin.distribution == "peregistry"]
+    assert "sinusoidal" in builtin
+    for name in builtin:
+        assert name is not None
+        cls = default_registry.encoder_class(name)
+        assert per.get_encoder(name, **cls.example_options()).name == name

@@ -93,3 +93,11 @@ def test_plot_without_matplotlib(tmp_path: Path) -> None:
     assert proc.stderr.strip() == ("peregistry: error: plot needs matplotlib: "
                                    "pip install 'peregistry[docs]'")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_help_lists_the_encoders_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", "mrope", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "options of mrope" in out
+    assert "--sections VALUE" in out
+    assert "ints 1,2,3" in out

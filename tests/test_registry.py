@@ -274,3 +274,160 @@ def test_sixteen_threads_see_one_load_and_identical_results() -> None:
     assert reg.load_count == 1
     assert reg.collect_count == 1
     assert all(r == results[0] for r in results)
+
+
+# -- isolation: encoders use the services of the registry that built them --------------------------
+SERVICES = ("backend_of", "backend_of_namespace", "backend", "backends", "scalings", "get_encoder")
+
+
+def _numpy_spy(calls: list[str]) -> Any:
+    """A NumPy adapter that records each array it is asked about."""
+    from peregistry.registry import default_registry
+
+    base = type(default_registry.backend("numpy"))
+
+    class Spy(base):  # type: ignore[misc, valid-type]
+        def owns(self, x: Any) -> bool:
+            calls.append(type(x).__name__)
+            return bool(super().owns(x))
+
+    return Spy()
+
+
+def _isolated(*modules: str, backends: list[Any] | None = None) -> Registry:
+    import importlib
+
+    reg = Registry(entry_points=False)
+    for name in modules:
+        reg.register(importlib.import_module(name))
+    if backends is not None:
+        class Backends:
+            @per.hookimpl
+            def peregistry_backends(self) -> list[Any]:
+                return list(backends)
+
+        reg.register(Backends(), "test-backends")
+    return reg
+
+
+def _refuse_default_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, any question to the default registry fails the test."""
+    from peregistry.registry import default_registry
+
+    for attr in SERVICES:
+        def refuse(*args: Any, _attr: str = attr, **kwargs: Any) -> Any:
+            raise AssertionError(f"default_registry.{_attr} was asked")
+
+        monkeypatch.setattr(default_registry, attr, refuse)
+
+
+def test_encoders_of_an_isolated_registry_ask_only_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    np = pytest.importorskip("numpy")
+    calls: list[str] = []
+    reg = _isolated("peregistry.encoders.sinusoidal", "peregistry.encoders.learned",
+                    "peregistry.encoders.relative", backends=[_numpy_spy(calls)])
+    _refuse_default_registry(monkeypatch)
+    enc = reg.get_encoder("sinusoidal", dim=8)
+    assert enc.services is reg
+    assert enc.encode(np.arange(4)).shape == (4, 8)
+    assert calls, "the isolated registry's adapter was not asked"
+    assert enc.replace(dim=4).services is reg
+    table = reg.get_encoder("learned", num_positions=8, dim=4)
+    params = table.init(np, seed=1)  # backend looked up in reg
+    assert table.encode(np.arange(3), params=params).shape == (3, 4)
+    shaw = reg.get_encoder("shaw", max_distance=2, dim=3)
+    assert shaw.embed(np.arange(2), np.arange(3), params=shaw.init("numpy")).shape == (2, 3, 3)
+
+
+def test_an_isolated_registry_without_backends_knows_no_arrays() -> None:
+    np = pytest.importorskip("numpy")
+    reg = _isolated("peregistry.encoders.sinusoidal")
+    enc = reg.get_encoder("sinusoidal", dim=8)
+    with pytest.raises(TypeError, match=r"expected an array of a registered backend \(\)"):
+        enc.encode(np.arange(4))
+    with pytest.raises(ValueError, match="no backend adapter named 'numpy'"):
+        enc.encode([0, 1])
+    # the same encoder from the default registry: equal, same hash, served by the default one
+    default = per.get_encoder("sinusoidal", dim=8)
+    assert default == enc and hash(default) == hash(enc)
+    assert default.encode(np.arange(4)).shape == (4, 8)
+
+
+def test_pickled_encoders_keep_name_and_options_not_the_registry() -> None:
+    import pickle
+
+    from peregistry.registry import default_registry
+
+    reg = _isolated("peregistry.encoders.sinusoidal")
+    enc = reg.get_encoder("sinusoidal", dim=8)
+    back = pickle.loads(pickle.dumps(enc))
+    assert back == enc and hash(back) == hash(enc)
+    assert back.services is default_registry
+    import copy
+
+    for dup in (copy.copy(enc), copy.deepcopy(enc)):
+        assert dup == enc and dup is not enc and dup.services is reg
+    assert type(enc)(dim=8).services is default_registry  # built outside any registry
+
+
+class _Stretch:
+    name = "house-stretch"
+
+    def inv_freq(self, rotary_dim: int, theta: float, params: Any, seq_len: Any = None) -> Any:
+        import numpy as np
+
+        i = np.arange(0, rotary_dim, 2, dtype=np.float64)
+        return theta ** (-i / rotary_dim) / 2.0
+
+
+def test_scaling_types_are_looked_up_in_the_building_registry() -> None:
+    class Scalings:
+        @per.hookimpl
+        def peregistry_rope_scalings(self) -> list[Any]:
+            return [_Stretch()]
+
+    reg = _isolated("peregistry.encoders.rotary", "peregistry.backends.builtin")
+    reg.register(Scalings(), "test-scalings")
+    enc = reg.get_encoder("rotary", dim=8, scaling={"type": "house-stretch"})
+    assert enc.options["scaling"] == {"type": "house-stretch"}
+    with pytest.raises(ValueError, match="unknown scaling type 'house-stretch'"):
+        per.get_encoder("rotary", dim=8, scaling={"type": "house-stretch"})
+
+
+def test_services_of_the_building_registry_are_current_while_it_builds() -> None:
+    from peregistry._services import current_services
+    from peregistry.registry import default_registry
+
+    seen: list[Any] = []
+
+    class Probe(per.AbsoluteEncoder):
+        name = "house-probe"
+        dim = per.Option(int, 2)
+
+        def _validate(self) -> None:
+            seen.append(current_services())
+
+    class Plugin:
+        @per.hookimpl
+        def peregistry_encoders(self) -> list[Any]:
+            return [Probe]
+
+    reg = Registry(entry_points=False)
+    reg.register(Plugin(), "probe")
+    enc = reg.get_encoder("house-probe")
+    assert seen == [reg] and current_services() is default_registry
+    enc.replace(dim=4)
+    assert seen == [reg, reg]
+    Probe()
+    assert seen[-1] is default_registry
+
+
+@pytest.mark.xfail(strict=True, reason="needs the one-line change in encoders/mrope.py: "
+                                       "text_equivalent builds its encoder with self.services")
+def test_encoders_built_by_encoders_come_from_the_same_registry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = _isolated("peregistry.encoders.mrope", "peregistry.encoders.rotary",
+                    "peregistry.backends.builtin")
+    _refuse_default_registry(monkeypatch)
+    text = reg.get_encoder("mrope", dim=128, sections=(16, 24, 24), theta=1e6).text_equivalent()
+    assert text.services is reg

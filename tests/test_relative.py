@@ -366,3 +366,65 @@ def test_params_of_another_framework_are_an_error(backend: Any) -> None:
     with pytest.raises(TypeError, match="inputs mix arrays of"):
         enc.embed(backend.from_numpy(np.arange(3)), backend.from_numpy(np.arange(3)),
                   params=enc.init(np))
+
+
+# -- the public pairing helpers (peregistry.plugin) ----------------------------------------------
+def _clipped_table() -> type[per.RelativeEmbedding]:
+    from peregistry.plugin import LearnedParams, distance, gather
+
+    class ClippedTable(LearnedParams, per.RelativeEmbedding):
+        """Shaw-style table written from the public building blocks only."""
+
+        name = "test-clipped-table"
+        max_distance = per.Option(int, 3)
+        dim = per.Option(int, 4)
+
+        @property
+        def out_dim(self) -> int:
+            return int(self._values["dim"])
+
+        def param_shapes(self) -> dict[str, tuple[int, ...]]:
+            m = int(self._values["max_distance"])
+            return {"table": (2 * m + 1, int(self._values["dim"]))}
+
+        def _embed(self, q: Any, k: Any, *, params: Any, ctx: Any, dtype: Any) -> Any:
+            m = int(self._values["max_distance"])
+            idx = ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+            return gather(params["table"], idx, axis=0, ctx=ctx)
+
+    return ClippedTable
+
+
+def test_public_pairing_helpers_give_k_minus_q_and_table_rows(backend: Any) -> None:
+    enc = _clipped_table()(max_distance=3, dim=4)
+    q = np.asarray([[0, 5, 2]], dtype=np.uint8)  # uint8: k - q must not wrap around
+    k = np.asarray([[7, 1, 0, 2]], dtype=np.uint8)
+    params = backend_params(enc, backend)
+    got = call(backend, enc.embed, q, k, params=params)
+    d = k.astype(np.int64)[..., None, :] - q.astype(np.int64)[..., :, None]
+    want = np_params(enc)["table"][np.clip(d, -3, 3) + 3]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got.shape == (1, 3, 4, 4)
+
+
+def test_public_pairing_helpers_pass_the_conformance_suite(backend: Any) -> None:
+    from peregistry.testing import check_encoder
+
+    report = check_encoder(_clipped_table()(max_distance=3, dim=4), backends=backend.name)
+    assert report.ok, str(report)
+
+
+def test_distance_index_dtype_and_compute_dtype(backend: Any) -> None:
+    from peregistry.encoders.base import make_context
+    from peregistry.plugin import compute_dtype, distance, index_dtype
+
+    q = backend.from_numpy(np.asarray([0, 3], dtype=np.int32))
+    k = backend.from_numpy(np.asarray([1, 2, 9], dtype=np.int32))
+    ctx, (qa, ka) = make_context("test", (q, k))
+    d = distance(qa, ka, ctx=ctx)
+    assert d.dtype == index_dtype(ctx)
+    np.testing.assert_array_equal(backend.to_numpy(d), [[1, 2, 9], [-2, -1, 6]])
+    floats = backend.float_dtypes()
+    assert compute_dtype(floats["float32"], ctx=ctx) == floats["float32"]
+    if "bfloat16" in floats:
+        assert compute_dtype(floats["bfloat16"], ctx=ctx) == floats["float32"]

@@ -1,10 +1,13 @@
 """RoPE scaling types: independent float64 formulas from the papers, Hugging Face's
-``ROPE_INIT_FUNCTIONS`` (when transformers is installed), validation errors, and plugins."""
+``ROPE_INIT_FUNCTIONS`` and key names (when transformers is installed), validation errors, the
+``Option`` declarations, plugins, and the deprecated ``Param`` and module path."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import types
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 import peregistry as per
-from peregistry.encoders.rope_scaling import Param, RopeScaling
+from peregistry.rope.scalings import RopeScaling
 
 EPS32 = float(np.finfo(np.float32).eps)
 EPS64 = float(np.finfo(np.float64).eps)
@@ -282,9 +285,9 @@ def test_dynamic_needs_rotary_dim_above_two() -> None:
 # -- plugins --------------------------------------------------------------------------------------
 class Stretch(RopeScaling):
     name = "test-stretch"
-    parameters: ClassVar[Mapping[str, Param]] = {
-        "factor": Param("float", allowed="a number >= 1", check=lambda f: f >= 1),
-        "gain": Param("float", 1.0, "a number > 0", lambda g: g > 0),
+    parameters: ClassVar[Mapping[str, per.Option]] = {
+        "factor": per.Option(float, allowed="a number >= 1", check=lambda f: f >= 1),
+        "gain": per.Option(float, 1.0, allowed="a number > 0", check=lambda g: g > 0),
     }
 
     def inv_freq(self, rotary_dim: int, theta: float, params: Any,
@@ -366,3 +369,278 @@ def test_scaling_returning_wrong_shape_is_an_error() -> None:
             per.get_encoder("rotary", dim=8, scaling={"type": "test-bad-shape"})
     finally:
         per.unregister(name)
+
+
+# -- Option declarations --------------------------------------------------------------------------
+BUILTIN = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def test_builtin_parameters_are_named_options() -> None:
+    from peregistry.rope import scalings
+
+    types_ = {s.name: s for s in scalings.builtin_scalings()}
+    assert tuple(types_) == BUILTIN
+    for scaling in types_.values():
+        for key, option in scaling.parameters.items():
+            assert isinstance(option, per.Option) and option.name == key, (scaling, key)
+    yarn = types_["yarn"].parameters
+    assert yarn["beta_fast"].default == 32.0 and yarn["beta_slow"].default == 1.0
+    assert yarn["truncate"].default is True and yarn["attention_factor"].nullable
+    assert yarn["factor"].required and yarn["original_max_position_embeddings"].required
+    assert types_["longrope"].parameters["short_factor"].item is float
+    assert scalings.describe_parameters(types_["linear"]) == "factor (required, a number >= 1)"
+    assert scalings.describe_parameters(types_["default"]) == "none"
+    factor, orig = scalings.factor_option(), scalings.context_option()
+    assert factor.type is float and factor.allowed == "a number >= 1" and factor.required
+    assert not factor.check(0.99) and factor.check(1.0)
+    assert orig.type is int and orig.allowed == "a positive integer" and not orig.check(0)
+
+
+def _hf_keys(config: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[set[str], set[str]]:
+    """The (required, optional) keys transformers' own validation of ``config.rope_parameters``
+    expects (``_check_received_keys``)."""
+    from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
+
+    seen: list[tuple[set[str], set[str]]] = []
+
+    def capture(rope_type: str, received_keys: set[str], required_keys: set[str],
+                optional_keys: set[str] | None = None, ignore_keys: Any = None) -> None:
+        seen.append((set(required_keys), set(optional_keys or ())))
+
+    monkeypatch.setattr(RotaryEmbeddingConfigMixin, "_check_received_keys", staticmethod(capture))
+    config.validate_rope()
+    assert len(seen) == 1, seen
+    return seen[0]
+
+
+#: Keys declared here that Hugging Face reads from elsewhere in the model config.
+OURS_ONLY = {"dynamic": {"original_max_position_embeddings"}}  # HF: max_position_embeddings
+NOT_PARAMETERS = {"rope_type", "rope_theta", "partial_rotary_factor"}  # "type"; encoder options
+
+
+@pytest.mark.parametrize(("scaling", "max_pos", "theta"), HF_CASES,
+                         ids=[f"{c[0]['type']}-{i}" for i, c in enumerate(HF_CASES)])
+def test_parameter_names_are_hugging_faces(scaling: dict[str, Any], max_pos: int, theta: float,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from peregistry.rope.scalings import parameter_options, registered_scalings
+
+    kind = scaling["type"]
+    rd = 32 if kind == "longrope" else 64
+    hf_params = {("rope_type" if k == "type" else k): v for k, v in scaling.items()}
+    required, optional = _hf_keys(_hf_config(64, rd, theta, hf_params, max_pos), monkeypatch)
+    options = parameter_options(registered_scalings()[kind])
+    extra = OURS_ONLY.get(kind, set())
+    assert set(options) == (required | optional) - NOT_PARAMETERS | extra
+    assert {k for k, o in options.items() if o.required} == required - NOT_PARAMETERS | extra
+    # The dict of a Hugging Face config is accepted as is once theta is an encoder option.
+    config = _hf_config(64, rd, theta, hf_params, max_pos)
+    rope_parameters = {k: v for k, v in config.rope_parameters.items() if k not in NOT_PARAMETERS}
+    per.get_encoder("rotary", dim=64, rotary_dim=rd, theta=theta,
+                    scaling={**scaling, "rope_type": kind, **rope_parameters})
+
+
+def test_none_means_the_default_and_json_integers_are_accepted() -> None:
+    base = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    a = per.get_encoder("rotary", dim=D, scaling=base)
+    b = per.get_encoder("rotary", dim=D, scaling={**base, "beta_fast": None, "truncate": None,
+                                                 "mscale": None,
+                                                 "original_max_position_embeddings": 4096.0})
+    assert a == b and b.options["scaling"]["original_max_position_embeddings"] == 4096
+    assert type(b.options["scaling"]["original_max_position_embeddings"]) is int
+    _raises(TypeError, "scaling 'yarn'", "'factor' must be a number >= 1, got None",
+            scaling={**base, "factor": None})
+    lr = per.get_encoder("rotary", dim=8, scaling={
+        "type": "longrope", "short_factor": (1, 2, 3, 4), "long_factor": np.arange(1.0, 5.0).tolist(),
+        "original_max_position_embeddings": 64, "factor": 2})
+    assert lr.options["scaling"]["short_factor"] == (1.0, 2.0, 3.0, 4.0)
+    _raises(ValueError, "scaling 'longrope'", "'short_factor' must be a list of rotary_dim/2 "
+            "numbers > 0, got (1.0, inf)", rotary_dim=4,
+            scaling={"type": "longrope", "short_factor": [1.0, math.inf], "long_factor": [1, 1],
+                     "original_max_position_embeddings": 64, "factor": 2})
+
+
+_TURNS = per.Option(int, 1, allowed="a positive integer", check=lambda t: t > 0)
+
+
+class Twist(RopeScaling):
+    """A plugin's type declared with Options only (one shared by two keys)."""
+
+    name = "test-twist"
+    parameters: ClassVar[Mapping[str, per.Option]] = {
+        "factor": per.Option(float, allowed="a number >= 1", check=lambda f: f >= 1),
+        "turns": _TURNS,
+        "more_turns": _TURNS,
+        "weights": per.Option(tuple, (1.0,), item=float, doc="any real numbers"),
+        "mode": per.Option(str, "a", choices=("a", "b")),
+    }
+
+    def inv_freq(self, rotary_dim: int, theta: float, params: Any,
+                 seq_len: int | None = None) -> np.ndarray:
+        return ref_rope(rotary_dim, theta) / params["factor"]
+
+
+@pytest.mark.parametrize(("scaling", "exc", "pattern"), [
+    ({"factor": 0.5}, ValueError,
+     "rotary: scaling 'test-twist': option 'factor' must be a number >= 1, got 0.5"),
+    ({"factor": "4"}, TypeError, "option 'factor' must be a number >= 1, got '4' of type str"),
+    ({"factor": 2, "turns": 0}, ValueError, "option 'turns' must be a positive integer, got 0"),
+    ({"factor": 2, "more_turns": 2.5}, TypeError,
+     "option 'more_turns' must be a positive integer, got 2.5"),
+    ({"factor": 2, "weights": [1, True]}, TypeError,
+     "option 'weights' must be a sequence of real numbers, got (1, True)"),
+    ({"factor": 2, "mode": "c"}, ValueError, "option 'mode' must be one of 'a', 'b', got 'c'"),
+    ({"turns": 2}, ValueError, "scaling 'test-twist' is missing required parameter 'factor' "
+     "(a number >= 1)"),
+    ({"factor": 2, "turn": 2}, ValueError, "scaling 'test-twist' has no parameter 'turn' (did you "
+     "mean 'turns'?); its parameters are: factor (required, a number >= 1), turns=1, "
+     "more_turns=1, weights=(1.0,), mode='a'"),
+])
+def test_option_declared_plugin_errors_name_type_parameter_value_and_allowed(
+        scaling: dict[str, Any], exc: type[Exception], pattern: str) -> None:
+    name = per.register(_plugin(Twist()), name="test-twist-plugin")
+    try:
+        _raises(exc, pattern, scaling={"type": "test-twist", **scaling})
+    finally:
+        per.unregister(name)
+
+
+def test_option_declared_plugin_fills_defaults() -> None:
+    name = per.register(_plugin(Twist()), name="test-twist-plugin")
+    try:
+        enc = per.get_encoder("rotary", dim=8, scaling={"type": "test-twist", "factor": 2,
+                                                        "more_turns": 3, "weights": [2, 3]})
+        assert enc.options["scaling"] == {"type": "test-twist", "factor": 2.0, "turns": 1,
+                                          "more_turns": 3, "weights": (2.0, 3.0), "mode": "a"}
+        np.testing.assert_allclose(enc.inv_freq(), ref_rope(8, 1e4) / 2, rtol=1e-15)  # type: ignore[attr-defined]
+    finally:
+        per.unregister(name)
+    # the shared declaration is named by its first key, a copy by the second
+    assert Twist.parameters["turns"] is _TURNS and _TURNS.name == "turns"
+    assert Twist.parameters["more_turns"].name == "more_turns"
+
+
+def test_resolve_scaling_with_given_types_and_bad_declarations() -> None:
+    from peregistry.rope.scalings import Linear, resolve_scaling
+
+    obj, params = resolve_scaling("x", {"rope_type": "linear", "factor": 2}, rotary_dim=8,
+                                  theta=1e4, known={"linear": Linear()})
+    assert isinstance(obj, Linear) and params == {"type": "linear", "factor": 2.0}
+    with pytest.raises(ValueError, match=r"unknown scaling type 'yarn'\. Did you mean 'yarm'\? "
+                                         r"Known types: yarm"):
+        resolve_scaling("x", {"type": "yarn"}, rotary_dim=8, theta=1e4, known={"yarm": Linear()})
+    assert resolve_scaling("x", None, rotary_dim=8, theta=1e4, known={}) == (None, None)
+
+    class Junk:
+        name = "test-junk"
+        parameters: ClassVar[dict[str, Any]] = {"factor": float}
+
+        def inv_freq(self, *args: Any) -> Any:
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="scaling 'test-junk' declares parameter 'factor' as "
+                                        "<class 'float'>; declare it with peregistry.Option"):
+        resolve_scaling("x", {"type": "test-junk"}, rotary_dim=8, theta=1e4,
+                        known={"test-junk": Junk()})
+
+
+# -- the former module and the deprecated Param ---------------------------------------------------
+def test_former_module_reexports_the_scalings_and_registers_them() -> None:
+    from peregistry.rope import scalings
+
+    old = importlib.import_module("peregistry.encoders.rope_scaling")
+    for name in ("RopeScaling", "Linear", "Dynamic", "Yarn", "LongRope", "Llama3", "Default",
+                 "SEQ_LEN_DEPENDENCE", "as_scaling", "base_inv_freq", "resolve_scaling",
+                 "describe_parameters"):
+        assert getattr(old, name) is getattr(scalings, name), name
+    assert old.REQUIRED is per.Option(int).default
+    assert [s.name for s in old.peregistry_rope_scalings()] == list(BUILTIN)
+    assert hasattr(old.peregistry_rope_scalings, "peregistry_impl")  # a hookimpl (entry point)
+
+
+def _param_plugin_class() -> type:
+    """A scaling written against the pre-Option docs, word for word."""
+    from peregistry.encoders.rope_scaling import Param, RopeScaling
+
+    class OldStretch(RopeScaling):
+        name = "test-old-stretch"
+        parameters = {  # noqa: RUF012 (as the old docs wrote it)
+            "factor": Param("float", allowed="a number >= 1", check=lambda f: f >= 1),
+            "gain": Param("float", 1.0, "a number > 0", lambda g: g > 0),
+            "extra": Param("float", None, "None or a number > 0", lambda e: e > 0),
+            "orig": Param("int", 64),
+            "weights": Param("floats", (1.0, 2.0)),
+            "flag": Param("bool", False),
+        }
+
+        def inv_freq(self, rotary_dim: int, theta: float, params: Any,
+                     seq_len: int | None = None) -> np.ndarray:
+            i = np.arange(0, rotary_dim, 2, dtype=np.float64)
+            return theta ** (-i / rotary_dim) / np.sqrt(params["factor"])
+
+        def attention_factor(self, rotary_dim: int, theta: float, params: Any) -> float:
+            return float(params["gain"])
+
+    return OldStretch
+
+
+def test_deprecated_param_still_declares_a_working_scaling() -> None:
+    with pytest.warns(DeprecationWarning, match=r"Param is deprecated: declare scaling "
+                                                r"parameters with peregistry.Option") as record:
+        cls = _param_plugin_class()
+    assert len(record) == 6 and all(w.filename == __file__ for w in record)  # the author's line
+    name = per.register(_plugin(cls()), name="test-old-scalings")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # using the declarations warns no more
+            enc = per.get_encoder("rotary", dim=8, scaling={"type": "test-old-stretch",
+                                                            "factor": 4, "orig": 128.0})
+            np.testing.assert_allclose(enc.inv_freq(), ref_rope(8, 1e4) / 2, rtol=1e-15)  # type: ignore[attr-defined]
+            assert enc.options["scaling"] == {"type": "test-old-stretch", "factor": 4.0,
+                                              "gain": 1.0, "extra": None, "orig": 128,
+                                              "weights": (1.0, 2.0), "flag": False}
+            assert enc.replace(scaling={"type": "test-old-stretch", "factor": 4,  # type: ignore[attr-defined]
+                                        "gain": 2.0}).attention_factor == 2.0
+            _raises(ValueError, "scaling 'test-old-stretch'", "'factor' must be a number >= 1, "
+                    "got 0.5", scaling={"type": "test-old-stretch", "factor": 0.5})
+            _raises(TypeError, "'flag' must be a bool (True or False), got 1",
+                    scaling={"type": "test-old-stretch", "factor": 2, "flag": 1})
+            _raises(TypeError, "'weights' must be a sequence of real numbers, got 'ab'",
+                    scaling={"type": "test-old-stretch", "factor": 2, "weights": "ab"})
+            _raises(ValueError, "missing required parameter 'factor' (a number >= 1)",
+                    scaling={"type": "test-old-stretch"})
+    finally:
+        per.unregister(name)
+
+
+def test_deprecated_param_methods() -> None:
+    from peregistry.encoders.rope_scaling import REQUIRED, Param
+
+    with pytest.warns(DeprecationWarning, match="Option"):
+        p = Param("int", allowed="a positive integer", check=lambda n: n > 0)
+    with pytest.warns(DeprecationWarning, match="Option"):
+        q = Param("floats", None)
+    assert p.required and p.default is REQUIRED and p.describe() == "a positive integer"
+    assert p.convert("w", "n", 4096.0) == 4096 and q.convert("w", "v", None) is None
+    assert q.describe() == "a sequence of real numbers" and not q.required
+    assert p.as_option("n").name == "n" and p.as_option("n").type is int
+    with pytest.raises(ValueError, match=r"w: option 'n' must be a positive integer, got 0"):
+        p.convert("w", "n", 0)
+    with pytest.raises(TypeError, match="Param kind must be one of float, int, bool, floats"), \
+            pytest.warns(DeprecationWarning, match="Param is deprecated"):
+        Param("str")
+
+
+def test_option_tuple_of_floats() -> None:
+    option = per.Option(tuple, item=float)
+    option.__set_name__(object, "v")
+    assert option.allowed == "a sequence of real numbers" and option.item is float
+    assert option.convert("o", [1, 2.5, np.float32(3)]) == (1.0, 2.5, 3.0)
+    assert per.Option(tuple).item is int and per.Option(tuple).allowed == "a sequence of integers"
+    with pytest.raises(TypeError, match=r"o: option 'v' must be a sequence of real numbers, got "
+                                        r"\['1'\] of type list"):
+        option.convert("o", ["1"])
+    with pytest.raises(ValueError, match=r"option 'v' must be a sequence of real numbers, got "
+                                         r"\(nan,\)"):
+        option.convert("o", (math.nan,))
+    with pytest.raises(TypeError, match="Option item .* must be int or float"):
+        per.Option(tuple, item=str)

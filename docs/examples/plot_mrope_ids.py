@@ -2,9 +2,10 @@
 
 Run from the repository root::
 
-    python docs/examples/plot_mrope_ids.py            # writes docs/_static/mrope_ids.png
+    python docs/examples/plot_mrope_ids.py            # writes mrope_ids.png here
 
-It also prints the ids table shown in docs/multimodal.md.
+It also prints the ids table shown in docs/multimodal.md. The figure on that page,
+docs/images/mrope_ids.png, is this same figure drawn by docs/draw_images.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from peregistry.multimodal import position_ids, segment_spans
 from peregistry.plot import PlotSettings, example_segments, plot_ids
 
-OUT = Path(__file__).resolve().parents[1] / "_static" / "mrope_ids.png"
+OUT = Path("mrope_ids.png")
 
 # text, an image of 4x6 patches (2x3 tokens), text, a video of 3 grids of 2x2 tokens 1 s apart
 SEGMENTS = example_segments()
@@ -38,7 +39,6 @@ def main() -> int:
     # The figure itself is `peregistry plot mrope --kind ids` (peregistry.plot.plot_ids),
     # drawn for these same segments.
     fig = plot_ids(None, PlotSettings(convention=CONVENTION))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(OUT, dpi=120)
     print(f"wrote {OUT}")
     return 0

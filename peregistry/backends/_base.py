@@ -162,6 +162,16 @@ class Backend:
 
         return self.jit(counted), lambda: count[0]
 
+    # -- timing (used by ``peregistry bench``) -------------------------------------------------
+    #: True if this framework's code is normally run compiled by :meth:`jit` (JAX), so timings
+    #: compile what they time; False if it is normally run eagerly (NumPy, PyTorch).
+    runs_jitted: bool = False
+
+    def block_until_ready(self, x: Any) -> Any:
+        """``x``, once the computation producing it has finished: frameworks that dispatch
+        asynchronously return before it has, and a timing must wait. The default returns ``x``."""
+        return x
+
     def take(self, table: Any, idx: Any, *, axis: int) -> Any:
         """``table`` indexed along ``axis`` by an integer array ``idx`` of any shape:
         ``axis=0`` gives ``(*idx.shape, *table.shape[1:])``; ``axis=1`` (2-D tables) gives

@@ -11,6 +11,10 @@ from ._base import Backend
 class JaxBackend(Backend):
     name = "jax"
     priority = 20
+    runs_jitted = True  # JAX code runs under jax.jit; eager dispatch is op by op
+
+    def block_until_ready(self, x: Any) -> Any:
+        return x.block_until_ready()
 
     def owns(self, x: Any) -> bool:
         import jax

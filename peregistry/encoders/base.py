@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import Option, freeze, thaw
+from .._services import current_services, use_services
 
 if TYPE_CHECKING:
+    from .._services import Services
     from ..backends._base import Backend
 
 __all__ = [
@@ -89,6 +91,10 @@ class Encoder:
         True if real-valued positions are meaningful.
 
     Options: attributes that are :class:`~peregistry.Option` instances.
+
+    Every encoder holds the :attr:`services` (backend adapters, rope scalings, other encoders) of
+    the registry that built it; an encoder built outside a registry, or unpickled, uses the
+    default registry's.
     """
 
     name: ClassVar[str] = ""
@@ -99,10 +105,11 @@ class Encoder:
     continuous: ClassVar[bool] = False
     _option_specs: ClassVar[dict[str, Option]] = {}
 
-    __slots__ = ("_cache", "_hash", "_key", "_values")
+    __slots__ = ("_cache", "_hash", "_key", "_services", "_values")
     _values: dict[str, Any]
     _key: tuple[tuple[str, Any], ...]
     _hash: int
+    _services: Services
     #: Derived host constants (frequencies, ...): filled lazily, never part of identity.
     _cache: dict[str, Any]
 
@@ -146,7 +153,10 @@ class Encoder:
                 values[key] = freeze(spec.default)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_cache", {})
-        self._validate()
+        services = current_services()
+        object.__setattr__(self, "_services", services)
+        with use_services(services):  # lookups while validating (scaling types) ask it too
+            self._validate()
         identity = tuple(values.items())
         object.__setattr__(self, "_key", identity)
         object.__setattr__(self, "_hash", hash((self.name, identity)))
@@ -166,8 +176,17 @@ class Encoder:
         return {k: thaw(v) for k, v in self._values.items()}
 
     def replace(self, **changes: Any) -> Encoder:
-        """A new encoder of the same class with some options changed (validated again)."""
-        return type(self)(**{**self.options, **changes})
+        """A new encoder of the same class with some options changed (validated again), served
+        by the same registry."""
+        with use_services(self._services):
+            return type(self)(**{**self.options, **changes})
+
+    @property
+    def services(self) -> Services:
+        """The registry that built this encoder, as the lookups an encoder may use
+        (``backend_of``, ``backend_of_namespace``, ``backend``, ``backends``, ``scalings``,
+        ``get_encoder``): not part of the encoder's identity, and not pickled."""
+        return self._services
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(
@@ -192,6 +211,12 @@ class Encoder:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_construct, (type(self), self.options))
 
+    def __copy__(self) -> Encoder:
+        return self.replace()  # a new equal encoder, served by the same registry
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
+        return self.replace()
+
     # -- conformance-suite support -------------------------------------------------------------
     def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
         """Typical valid positions of ``shape`` as a NumPy array, for the conformance suite.
@@ -202,6 +227,29 @@ class Encoder:
         import numpy as np
 
         return np.asarray(rng.integers(0, 1024, size=shape), dtype=np.int64)
+
+    @classmethod
+    def example_options(cls) -> dict[str, Any]:
+        """Options that build a small, typical instance: what ``peregistry check`` and
+        ``peregistry plot`` give the required options the user leaves out.
+
+        The default takes each required option's :meth:`Option.example_value` (its declared
+        ``example``, else a generic value of its type) and leaves out an option that has none
+        (the caller reports it). Override it when required options depend on each other.
+        """
+        from .._options import NO_EXAMPLE
+
+        examples = {key: spec.example_value() for key, spec in cls._option_specs.items()
+                    if spec.required}
+        return {key: value for key, value in examples.items() if value is not NO_EXAMPLE}
+
+    def sequence_positions(self, n: int) -> Any:
+        """The first ``n`` positions of a sequence, in order, as a NumPy array (``peregistry
+        plot`` draws the encoder along them): ``arange(n)``; encoders with bounded tables or
+        positions of another shape override it."""
+        import numpy as np
+
+        return np.arange(n, dtype=np.int64)
 
     # -- learned parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -223,12 +271,10 @@ class Encoder:
         backend. ``xp`` is a module (``numpy``, ``torch``, ``jax.numpy``, ``array_api_strict``)
         or a backend name.
         """
-        from ..registry import default_registry
-
         shapes = self.param_shapes()
         if not shapes:
             raise TypeError(f"{self.name} has no learned parameters; nothing to init")
-        backend = default_registry.backend_of_namespace(xp)
+        backend = self._services.backend_of_namespace(xp)
         dtype = resolve_dtype(self.name, backend, dtype, device)
         return {
             key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
@@ -260,20 +306,23 @@ class Encoder:
     def _context(self, *arrays: Any) -> tuple[Ctx, list[Any]]:
         """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
         become NumPy arrays. All array inputs must belong to one backend."""
-        return make_context(self.name, arrays)
+        return make_context(self.name, arrays, services=self._services)
 
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
 
 
-def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
-    from ..registry import default_registry
-
+def make_context(owner: str, arrays: tuple[Any, ...], *,
+                 services: Services | None = None) -> tuple[Ctx, list[Any]]:
+    """The :class:`Ctx` of ``arrays`` (None entries skipped) and the arrays, Python numbers and
+    sequences made arrays of the others' backend (NumPy if there are none). Backends are looked
+    up in ``services`` (default: :func:`peregistry._services.current_services`)."""
+    registry = current_services() if services is None else services
     backend = None
     owners = []
     for a in arrays:
-        b = None if a is None else default_registry.backend_of(a)
+        b = None if a is None else registry.backend_of(a)
         owners.append(b)
         if a is None:
             continue
@@ -282,7 +331,7 @@ def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
                 continue
             raise TypeError(
                 f"{owner}: expected an array of a registered backend "
-                f"({', '.join(x.name for x in default_registry.backends())}) or a Python "
+                f"({', '.join(x.name for x in registry.backends())}) or a Python "
                 f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
             )
         if backend is None:
@@ -295,7 +344,7 @@ def make_context(owner: str, arrays: tuple[Any, ...]) -> tuple[Ctx, list[Any]]:
     if backend is None:
         import numpy  # noqa: F401 - Python inputs are NumPy's
 
-        backend = default_registry.backend("numpy")
+        backend = registry.backend("numpy")
     xp = backend.namespace()
     device = None
     out = []
@@ -826,7 +875,7 @@ class BiasEncoder(Encoder):
         """The additive bias ``(*batch, num_heads, Q, K)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
         namespace's default float), in the inputs' namespace and on their device."""
-        from ._pairs import pair_inputs
+        from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
@@ -861,7 +910,7 @@ class RelativeEmbedding(Encoder):
         """The embeddings ``(*batch, Q, K, dim)`` where ``batch`` is the broadcast of
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
         namespace's default float), in the inputs' namespace and on their device."""
-        from ._pairs import pair_inputs
+        from .pairs import pair_inputs
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)

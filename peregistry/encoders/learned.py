@@ -36,15 +36,10 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import Option
-from ._pairs import (
-    LearnedParams,
-    check_index_range,
-    check_param_arrays,
-    index_dtype,
-    linear_resize,
-    nan_where,
-)
 from .base import AbsoluteEncoder, Ctx, resolve_dtype
+from .learned_params import LearnedParams, check_param_arrays
+from .pairs import index_dtype
+from .tables import check_index_range, linear_resize, nan_where
 
 __all__ = ["Learned", "Learned2D"]
 
@@ -113,6 +108,10 @@ class Learned(_LearnedBase):
         return np.asarray(rng.integers(0, self._values["num_positions"], size=shape),
                           dtype=np.int64)
 
+    def sequence_positions(self, n: int) -> Any:
+        """At most ``num_positions``: the table has no rows beyond."""
+        return super().sequence_positions(min(n, int(self._values["num_positions"])))
+
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         n = int(self._values["num_positions"])
         return self._lookup(params["table"], positions, n, what="positions",
@@ -140,9 +139,9 @@ class Learned2D(_LearnedBase):
     __slots__ = ()
 
     height = Option(int, allowed="a positive integer", check=lambda n: n > 0,
-                    doc="rows of the row table: row positions 0 .. height-1")
+                    doc="rows of the row table: row positions 0 .. height-1", example=8)
     width = Option(int, allowed="a positive integer", check=lambda n: n > 0,
-                   doc="rows of the column table: column positions 0 .. width-1")
+                   doc="rows of the column table: column positions 0 .. width-1", example=8)
     dim = Option(int, allowed="a positive integer", check=lambda n: n > 0,
                  doc="length of each half (the output has 2*dim)")
 
@@ -162,6 +161,15 @@ class Learned2D(_LearnedBase):
         r = rng.integers(0, self._values["height"], size=shape)
         c = rng.integers(0, self._values["width"], size=shape)
         return np.stack([r, c], axis=-1).astype(np.int64)
+
+    def sequence_positions(self, n: int) -> Any:
+        """The grid's cells in row-major order (at most ``height·width``), as ``(n, 2)``
+        ``(row, col)`` pairs."""
+        import numpy as np
+
+        w = int(self._values["width"])
+        i = np.arange(min(n, int(self._values["height"]) * w), dtype=np.int64)
+        return np.stack([i // w, i % w], axis=-1)
 
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
         """The trailing ``(row, col)`` axis is consumed: output ``(*positions.shape[:-1],

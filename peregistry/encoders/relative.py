@@ -34,8 +34,9 @@ from typing import Any
 from .._hooks import hookimpl
 from .._options import Option
 from ._angles import Frequencies, cos_sin
-from ._pairs import LearnedParams, compute_dtype, distance, gather, index_dtype
 from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
+from .learned_params import LearnedParams
+from .pairs import compute_dtype, distance, gather, index_dtype
 from .sinusoidal import sinusoidal_frequencies
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
@@ -97,7 +98,7 @@ class T5Bias(LearnedParams, BiasEncoder):
     __slots__ = ()
 
     num_heads = Option(int, allowed="a positive integer", check=lambda n: n > 0,
-                       doc="attention heads (columns of the table)")
+                       doc="attention heads (columns of the table)", example=8)
     num_buckets = Option(int, 32, allowed="an integer >= 2 (>= 4 if bidirectional)",
                          check=lambda n: n >= 2, doc="relative_attention_num_buckets")
     max_distance = Option(int, 128, allowed="a positive integer", check=lambda n: n > 0,
@@ -199,7 +200,7 @@ class ALiBi(BiasEncoder):
     __slots__ = ()
 
     num_heads = Option(int, allowed="a positive integer", check=lambda n: n > 0,
-                       doc="attention heads; slopes follow the paper's rule")
+                       doc="attention heads; slopes follow the paper's rule", example=8)
 
     @property
     def slopes(self) -> tuple[float, ...]:
@@ -232,7 +233,7 @@ class Shaw(LearnedParams, RelativeEmbedding):
     __slots__ = ()
 
     max_distance = Option(int, allowed="a positive integer", check=lambda n: n > 0,
-                          doc="clipping distance k (the paper's k)")
+                          doc="clipping distance k (the paper's k)", example=16)
     dim = Option(int, allowed="a positive integer", check=lambda n: n > 0,
                  doc="length of each relative embedding")
 

@@ -1,0 +1,173 @@
+"""How the registry loads plugins and collects their hooks, each step wrapped so that one broken
+plugin is recorded with its error and never stops the others.
+
+:func:`load_entry_points` imports the modules of the ``peregistry`` entry point group, honouring
+the environment switches (``PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD``, ``PEREGISTRY_LOAD_PLUGINS``,
+``PEREGISTRY_DISABLED_PLUGINS``); :func:`collect` calls every plugin's hooks on its own and
+checks what each returns, into a :class:`~peregistry._records.Snapshot`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pluggy
+
+from ._records import (
+    PluginInfo,
+    Snapshot,
+    describe,
+    failed,
+    is_builtin,
+    normalize_dist,
+)
+
+__all__ = ["ENTRY_POINT_GROUP", "collect", "load_entry_points", "register_plugin"]
+
+ENTRY_POINT_GROUP = "peregistry"
+ENV_DISABLE_AUTOLOAD = "PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD"
+ENV_LOAD_PLUGINS = "PEREGISTRY_LOAD_PLUGINS"
+ENV_DISABLED_PLUGINS = "PEREGISTRY_DISABLED_PLUGINS"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str) -> set[str] | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    return {normalize_dist(p) for p in raw.replace(";", ",").split(",") if p.strip()}
+
+
+def _disabled_reason(norm: str, builtin: bool) -> str | None:
+    """Why an environment switch keeps distribution ``norm`` out, or None."""
+    if norm in (_env_list(ENV_DISABLED_PLUGINS) or set()):
+        return f"disabled by {ENV_DISABLED_PLUGINS}"
+    if builtin:
+        return None
+    if os.environ.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() in _TRUE:
+        return f"third-party autoload disabled by {ENV_DISABLE_AUTOLOAD}"
+    only = _env_list(ENV_LOAD_PLUGINS)
+    if only is not None and norm not in only:
+        return f"not named in {ENV_LOAD_PLUGINS}"
+    return None
+
+
+def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
+    """Import and register every plugin of the entry point group; record each in ``plugins``
+    (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch)."""
+    from importlib.metadata import entry_points
+
+    seen: set[tuple[str, str]] = set()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist is not None else None
+        version = ep.dist.version if ep.dist is not None else None
+        norm = normalize_dist(dist) if dist else ""
+        if (norm, ep.name) in seen:  # one distribution visible twice on sys.path
+            continue
+        seen.add((norm, ep.name))
+        info = PluginInfo(ep.name, dist, version)
+        name = ep.name if is_builtin(info) else f"{dist}:{ep.name}"
+        reason = _disabled_reason(norm, is_builtin(info))
+        if reason is not None:
+            plugins[name] = PluginInfo(name, dist, version, "disabled", reason)
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            plugins[name] = PluginInfo(name, dist, version, "error",
+                                       f'error importing plugin "{ep.value}": {describe(exc)}')
+            continue
+        register_plugin(pm, plugin, PluginInfo(name, dist, version), plugins)
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: object, info: PluginInfo,
+                    plugins: dict[str, PluginInfo]) -> None:
+    """Register ``plugin`` under ``info.name``; a refusal is recorded as the plugin's error."""
+    try:
+        pm.register(plugin, name=info.name)
+    except Exception as exc:
+        plugins[info.name] = PluginInfo(info.name, info.distribution, info.version, "error",
+                                        f"cannot register plugin: {describe(exc)}")
+        return
+    plugins[info.name] = info
+
+
+def _call_each(
+    pm: pluggy.PluginManager,
+    hook: str,
+    plugins: dict[str, PluginInfo],
+    accept: Callable[[Any], str | None],
+) -> Iterable[tuple[Any, PluginInfo]]:
+    """Call ``hook`` of every plugin on its own; yield accepted items with their plugin."""
+    caller = getattr(pm.hook, hook)
+    for impl in caller.get_hookimpls():  # registration order
+        info = plugins[impl.plugin_name]
+        if info.status != "ok":
+            continue
+        try:
+            result = impl.function()
+        except Exception as exc:
+            plugins[info.name] = failed(info, f"hook {hook}() raised {describe(exc)}")
+            continue
+        if result is None:
+            continue
+        if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
+            plugins[info.name] = failed(info, f"hook {hook}() returned {result!r}; expected a list")
+            continue
+        problems = []
+        for item in result:
+            why = accept(item)
+            if why is None:
+                yield item, info
+            else:
+                problems.append(why)
+        if problems:
+            plugins[info.name] = failed(info, f"hook {hook}() returned " + "; ".join(problems))
+
+
+def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
+    """Every plugin's encoders, backends and rope scalings, checked; plugins whose hooks fail
+    get an ``error`` record in the snapshot (``known`` is not changed)."""
+    from ._records import Entry
+    from .encoders.base import check_encoder_class
+
+    snap = Snapshot()
+    plugins = dict(known)
+    for cls, info in _call_each(pm, "peregistry_encoders", plugins, check_encoder_class):
+        snap.encoders.setdefault(cls.name, []).append(Entry(cls, info))
+    for backend, info in _call_each(pm, "peregistry_backends", plugins, _check_backend):
+        snap.backends.setdefault(backend.name, []).append((backend, info))
+    for scaling, info in _call_each(pm, "peregistry_rope_scalings", plugins, _check_scaling):
+        snap.scalings.setdefault(scaling.name, []).append((scaling, info))
+    # A plugin that failed after some of its items were accepted keeps the good ones: the
+    # entries refer to the plugin's final (error) record, so `list` shows what went wrong.
+    for entries in snap.encoders.values():
+        for e in entries:
+            e.plugin = plugins[e.plugin.name]
+    snap.plugins = plugins
+    return snap
+
+
+def _check_backend(obj: Any) -> str | None:
+    from .backends._base import Backend
+
+    if not isinstance(obj, Backend) or not obj.name:
+        return f"{obj!r}, not a Backend instance with a name"
+    return None
+
+
+def _check_scaling(obj: Any) -> str | None:
+    """A rope scaling (see :class:`peregistry.encoders.rope_scaling.RopeScaling`) needs a name and
+    ``inv_freq()``; ``validate``, ``attention_factor`` and ``seq_len_breakpoints``, if present,
+    must be callable and ``parameters`` a mapping."""
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name or not callable(getattr(obj, "inv_freq", None)):
+        return f"{obj!r}, not a rope scaling (needs a name and inv_freq())"
+    for attr in ("validate", "attention_factor", "seq_len_breakpoints"):
+        if hasattr(obj, attr) and not callable(getattr(obj, attr)):
+            return f"rope scaling {name!r}: {attr} must be callable"
+    if not isinstance(getattr(obj, "parameters", {}), Mapping):
+        return f"rope scaling {name!r}: parameters must be a mapping of key -> Param"
+    return None

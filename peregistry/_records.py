@@ -1,0 +1,104 @@
+"""What the registry knows about each plugin and encoder: the public records :class:`PluginInfo`
+and :class:`EncoderInfo` (rows of ``list_encoders``), and the private snapshot of one collection
+of every plugin's hooks, from which the registry answers until a plugin is added or removed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backends._base import Backend
+    from .encoders.base import Encoder
+
+__all__ = ["BUILTIN_DISTRIBUTION", "EncoderInfo", "PluginInfo"]
+
+#: The distribution whose entry points are the built-in families.
+BUILTIN_DISTRIBUTION = "peregistry"
+
+
+def normalize_dist(name: str) -> str:
+    """PEP 503 normalisation, so ``My_Plugin`` and ``my-plugin`` name one distribution."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A plugin as the registry sees it.
+
+    ``status`` is ``"ok"``, ``"error"`` (failed to import, a hook raised or returned garbage;
+    ``error`` says which and why) or ``"disabled"`` (by an environment switch).
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    status: str = "ok"
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``dist version`` for installed plugins, ``name (in-process)`` otherwise."""
+        if self.distribution is None:
+            return f"{self.name} (in-process)"
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """One row of :func:`list_encoders`.
+
+    For a plugin that failed before naming its encoders, ``name`` is None and ``status`` is
+    ``"error"``; for a name claimed by several plugins ``status`` is ``"conflict"``.
+    """
+
+    name: str | None
+    kind: str | None
+    family: str | None
+    plugin: PluginInfo
+    summary: str
+    status: str = "ok"
+    error: str | None = None
+
+
+@dataclass
+class Entry:
+    """An encoder class and the plugin that provided it."""
+
+    cls: type[Encoder]
+    plugin: PluginInfo
+
+
+@dataclass
+class Snapshot:
+    """Every plugin's hook results, collected once; entries of one name from several plugins
+    are kept side by side, so that the conflict can be reported."""
+
+    encoders: dict[str, list[Entry]] = field(default_factory=dict)
+    backends: dict[str, list[tuple[Backend, PluginInfo]]] = field(default_factory=dict)
+    scalings: dict[str, list[tuple[Any, PluginInfo]]] = field(default_factory=dict)
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+
+
+def is_builtin(info: PluginInfo) -> bool:
+    """True for the entry points of the ``peregistry`` distribution itself."""
+    return info.distribution is not None and \
+        normalize_dist(info.distribution) == BUILTIN_DISTRIBUTION
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def failed(info: PluginInfo, why: str) -> PluginInfo:
+    """``info`` with status ``"error"``, ``why`` appended to any earlier error."""
+    error = why if info.error is None else f"{info.error}; {why}"
+    return PluginInfo(info.name, info.distribution, info.version, "error", error)
+
+
+def conflict_message(what: str, name: str, claimants: list[PluginInfo]) -> str:
+    who = " and ".join(p.label for p in claimants)
+    return (f"{what} name {name!r} is claimed by several plugins: {who}. Uninstall or disable one "
+            f"(PEREGISTRY_DISABLED_PLUGINS=<distribution>)")

@@ -1,0 +1,256 @@
+"""The benchmarks: for each encoder, its call and the hand-written code on one backend's arrays.
+
+A builder gets a :class:`Bench` (the backend adapter and the helpers every case needs) and the
+``quick`` flag, and returns a :class:`Case` of three callables: ours, hand-written, and a copy of
+the output's bytes. The shapes are a model's prefill (``quick``: small ones, for a smoke test).
+Learned encoders take their params from ``enc.init(xp, seed=0, dtype=float32)`` of the
+framework's own namespace, and the hand-written code looks up the very same arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ._hand import (
+    hand_alibi,
+    hand_learned,
+    hand_learned_2d,
+    hand_mrope,
+    hand_rotary,
+    hand_shaw,
+    hand_sinusoidal,
+    hand_t5,
+    hand_transformer_xl,
+)
+
+if TYPE_CHECKING:
+    from ..backends._base import Backend
+
+__all__ = ["BENCHMARKS", "Bench", "BenchSkipped", "Case"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark, built for a backend: the three callables and a shape label."""
+
+    ours: Callable[[], Any]
+    hand: Callable[[], Any]
+    copy: Callable[[], Any]
+    shape: str
+
+
+class BenchSkipped(Exception):
+    """A builder's way to say a pair (encoder, backend) cannot be timed fairly, and why."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A backend adapter as the builders use it: ``xp`` is the framework's own module."""
+
+    backend: Backend
+
+    # cached: the hand-written code reads ``xp`` on every call, as a module attribute
+    @cached_property
+    def xp(self) -> Any:
+        return self.backend.native()
+
+    @cached_property
+    def float32(self) -> Any:
+        return self.backend.float_dtypes()["float32"]
+
+    @cached_property
+    def default_float(self) -> Any:
+        return self.backend.default_float_dtype()
+
+    @cached_property
+    def index_dtype(self) -> Any:
+        """The framework's default integer dtype (int32 on JAX without x64)."""
+        return self.xp.arange(1).dtype
+
+    def arange(self, n: int, dtype: Any = None) -> Any:
+        return self.xp.arange(n, dtype=dtype)
+
+    def randn(self, shape: tuple[int, ...]) -> Any:
+        import numpy as np
+
+        return self.backend.from_numpy(np.random.default_rng(0).standard_normal(shape)
+                                       .astype(np.float32))
+
+    def compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` as the framework's users run it: compiled where that is the norm (JAX)."""
+        jitted = self.backend.jit(fn) if self.backend.runs_jitted else None
+        return fn if jitted is None else jitted
+
+    def copier(self, a: Any) -> Callable[[], Any]:
+        """The cheapest full copy of ``a``: the array's own ``copy`` (NumPy, JAX) or ``clone``
+        (PyTorch) method, else the standard's ``asarray(a, copy=True)``."""
+        name = next((m for m in ("copy", "clone") if callable(getattr(a, m, None))), None)
+        if name is not None and not self.backend.runs_jitted:
+            return getattr(a, name)  # type: ignore[no-any-return]
+        xp = self.backend.namespace()
+
+        def copy(v: Any) -> Any:
+            return getattr(v, name)() if name is not None else xp.asarray(v, copy=True)
+
+        fn = self.compiled(copy)
+        return lambda: fn(a)
+
+    def require_table_indexing(self) -> None:
+        """Skip unless the framework takes ``table[idx]`` (what hand-written lookups write)."""
+        xp = self.xp
+        try:
+            xp.zeros((2, 1))[xp.asarray([1, 0])]
+        except Exception:
+            raise BenchSkipped(
+                f"hand-written table[idx] is not standard: {self.backend.name} allows "
+                "integer-array indices only on every axis of the table (take(..., axis=0) would "
+                "be, but torch.take spells a flat gather, so no one text serves every framework)"
+            ) from None
+
+    def case(self, ours: Callable[..., Any], hand: Callable[..., Any], args: tuple[Any, ...],
+             shape: str, hand_args: tuple[Any, ...] | None = None) -> Case:
+        ready = self.backend.block_until_ready
+        ours_c, hand_c = self.compiled(ours), self.compiled(hand)
+        h_args = args if hand_args is None else hand_args
+        out = ready(ours_c(*args))
+        copy = self.copier(self.xp.zeros(tuple(out.shape), dtype=out.dtype))
+        return Case(lambda: ready(ours_c(*args)), lambda: ready(hand_c(*h_args)),
+                    lambda: ready(copy()), shape)
+
+
+def _bench_sinusoidal(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    n, dim = (256, 64) if quick else (8192, 1024)
+    enc = per.get_encoder("sinusoidal", dim=dim)
+    dtype = b.default_float
+    pos = b.arange(n, dtype=dtype)
+    return b.case(lambda p: enc.encode(p, dtype=dtype),  # type: ignore[attr-defined]
+                  lambda p: hand_sinusoidal(b.xp, p, dim), (pos,), f"{n}x{dim}")
+
+
+def _bench_rotary(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
+    enc = per.get_encoder("rotary", dim=d)
+    x = b.randn((n, h, s, d))
+    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
+                  lambda v: hand_rotary(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
+
+
+def _bench_alibi(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    heads, n = (4, 128) if quick else (16, 2048)
+    enc = per.get_encoder("alibi", num_heads=heads)
+    pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
+    fpos = b.arange(n, dtype=b.float32)
+    return b.case(lambda q, k: enc.bias(q, k, dtype=b.float32),  # type: ignore[attr-defined]
+                  lambda q, k: hand_alibi(b.xp, q, k, heads), (pos, pos),
+                  f"{heads}x{n}x{n} f32", hand_args=(fpos, fpos))
+
+
+def _bench_mrope(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    sections = (16, 24, 24)  # Qwen2-VL: dim 128
+    n, h, s, d = (1, 4, 128, 128) if quick else (1, 28, 2048, 128)
+    enc = per.get_encoder("mrope", dim=d, sections=sections)
+    x = b.randn((n, h, s, d))
+    xp = b.xp
+    i = b.arange(s)
+    # an image-like grid of 8 columns: temporal steps every 64 tokens, rows of 8, columns
+    pos = xp.stack((i // 64, (i // 8) % 8, i % 8), axis=0)
+    fpos = xp.asarray(pos, dtype=b.float32)  # the hand-written code takes float32 positions
+    return b.case(lambda v, p: enc.rotate(v, p),  # type: ignore[attr-defined]
+                  lambda v, p: hand_mrope(b.xp, v, p, sections), (x, pos),
+                  f"{n}x{h}x{s}x{d} f32", hand_args=(x, fpos))
+
+
+def _bench_learned(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    b.require_table_indexing()
+    n, dim = (256, 64) if quick else (4096, 1024)
+    enc = per.get_encoder("learned", num_positions=n, dim=dim)
+    table = enc.init(b.xp, seed=0, dtype=b.float32)["table"]
+    pos = b.arange(n)
+    return b.case(lambda p, t: enc.encode(p, params={"table": t}, dtype=b.float32),  # type: ignore[attr-defined]
+                  lambda p, t: hand_learned(b.xp, p, t), (pos, table), f"{n}x{dim} f32")
+
+
+def _bench_learned_2d(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    b.require_table_indexing()
+    hw, dim = (16, 32) if quick else (64, 256)
+    enc = per.get_encoder("learned-2d", height=hw, width=hw, dim=dim)
+    params = enc.init(b.xp, seed=0, dtype=b.float32)
+    i = b.arange(hw * hw)
+    pos = b.xp.stack((i // hw, i % hw), axis=-1)  # every cell, (row, col)
+    return b.case(lambda p, r, c: enc.encode(p, params={"row": r, "col": c},  # type: ignore[attr-defined]
+                                             dtype=b.float32),
+                  lambda p, r, c: hand_learned_2d(b.xp, p, r, c),
+                  (pos, params["row"], params["col"]), f"{hw * hw}x{2 * dim} f32")
+
+
+def _bench_t5(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    b.require_table_indexing()
+    heads, n = (4, 128) if quick else (12, 1024)
+    enc = per.get_encoder("t5", num_heads=heads)
+    table = enc.init(b.xp, seed=0, dtype=b.float32)["table"]
+    pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
+    fpos = b.arange(n, dtype=b.float32)
+    idt = b.index_dtype
+    return b.case(lambda q, k, t: enc.bias(q, k, params={"table": t},  # type: ignore[attr-defined]
+                                           dtype=b.float32),
+                  lambda q, k, t: hand_t5(b.xp, q, k, t, idt), (pos, pos, table),
+                  f"{heads}x{n}x{n} f32", hand_args=(fpos, fpos, table))
+
+
+def _bench_shaw(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    b.require_table_indexing()
+    n, m, dim = (64, 16, 32) if quick else (256, 64, 128)
+    enc = per.get_encoder("shaw", max_distance=m, dim=dim)
+    table = enc.init(b.xp, seed=0, dtype=b.float32)["table"]
+    pos = b.arange(n)
+    return b.case(lambda q, k, t: enc.embed(q, k, params={"table": t},  # type: ignore[attr-defined]
+                                            dtype=b.float32),
+                  lambda q, k, t: hand_shaw(b.xp, q, k, t, m), (pos, pos, table),
+                  f"{n}x{n}x{dim} f32")
+
+
+def _bench_transformer_xl(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    n, dim = (64, 64) if quick else (256, 128)
+    enc = per.get_encoder("transformer-xl", dim=dim)
+    pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
+    fpos = b.arange(n, dtype=b.float32)
+    return b.case(lambda q, k: enc.embed(q, k, dtype=b.float32),  # type: ignore[attr-defined]
+                  lambda q, k: hand_transformer_xl(b.xp, q, k, dim), (pos, pos),
+                  f"{n}x{n}x{dim} f32", hand_args=(fpos, fpos))
+
+
+#: The benchmarked encoders: name → builder of the case on a backend (``quick`` shapes or not);
+#: a builder raises :class:`BenchSkipped` for a backend it cannot time fairly. A plugin may add
+#: its own: ``BENCHMARKS["my-rope"] = builder``.
+BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
+    "sinusoidal": _bench_sinusoidal,
+    "rotary": _bench_rotary,
+    "alibi": _bench_alibi,
+    "mrope": _bench_mrope,
+    "learned": _bench_learned,
+    "learned-2d": _bench_learned_2d,
+    "t5": _bench_t5,
+    "shaw": _bench_shaw,
+    "transformer-xl": _bench_transformer_xl,
+}

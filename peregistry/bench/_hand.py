@@ -1,0 +1,104 @@
+"""The plain, obvious code a user would write for each encoder, calling the framework directly.
+
+``xp`` is the framework's own module (:meth:`Backend.native`: numpy, torch, jax.numpy or
+array_api_strict). Only calls these spell alike are used (the standard's spellings: ``concat``,
+``reshape(x, shape)``), so one text is the hand-written code of each. One exception:
+``table[idx]`` (an integer array indexing the first axis of a 2-D table) is what everyone
+writes, but the standard allows integer-array indices only when every axis is indexed, so the
+lookup encoders are not timed where the framework refuses it (array_api_strict).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope", "hand_rotary",
+           "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl"]
+
+
+def hand_sinusoidal(xp: Any, pos: Any, dim: int, base: float = 10000.0) -> Any:
+    """Vaswani et al. 2017, interleaved: ``[sin(p ω_0), cos(p ω_0), sin(p ω_1), ...]``."""
+    inv_freq = base ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    angle = pos[:, None] * inv_freq[None, :]
+    return xp.reshape(xp.stack((xp.sin(angle), xp.cos(angle)), axis=-1), (pos.shape[0], dim))
+
+
+def hand_rotary(xp: Any, x: Any, theta: float = 10000.0) -> Any:
+    """GPT-NeoX/Llama RoPE (``rotate_half``) of ``x: (..., seq, dim)`` at positions ``0..seq-1``."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    freqs = xp.arange(seq, dtype=xp.float32)[:, None] * inv_freq[None, :]
+    emb = xp.concat((freqs, freqs), axis=-1)
+    cos, sin = xp.cos(emb), xp.sin(emb)
+    half = dim // 2
+    rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
+    return x * cos + rotated * sin
+
+
+def hand_mrope(xp: Any, x: Any, pos: Any, sections: Sequence[int], theta: float = 10000.0) -> Any:
+    """Qwen2-VL M-RoPE (``apply_multimodal_rotary_pos_emb``) of ``x: (..., seq, dim)`` at float
+    ``pos: (len(sections), seq)``: frequency pair ``i`` of band ``a`` turns with ``pos[a]``."""
+    dim = x.shape[-1]
+    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    freqs = pos[:, :, None] * inv_freq[None, None, :]          # (axes, seq, dim/2)
+    bands, start = [], 0
+    for axis, n in enumerate(sections):
+        bands.append(freqs[axis, :, start:start + n])
+        start += n
+    freqs = xp.concat(tuple(bands), axis=-1)                    # (seq, dim/2)
+    emb = xp.concat((freqs, freqs), axis=-1)
+    cos, sin = xp.cos(emb), xp.sin(emb)
+    half = dim // 2
+    rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
+    return x * cos + rotated * sin
+
+
+def hand_learned(xp: Any, pos: Any, table: Any) -> Any:
+    """Learned absolute positions (BERT, GPT-2): ``table[pos]``."""
+    return table[pos]
+
+
+def hand_learned_2d(xp: Any, pos: Any, row: Any, col: Any) -> Any:
+    """DETR-style learned 2-D positions ``pos: (n, 2)`` as (row, col): ``concat(col[c], row[r])``."""
+    return xp.concat((col[pos[:, 1]], row[pos[:, 0]]), axis=-1)
+
+
+def hand_t5(xp: Any, q: Any, k: Any, table: Any, index_dtype: Any, num_buckets: int = 32,
+            max_distance: int = 128) -> Any:
+    """T5 bidirectional relative bias (Hugging Face ``T5Attention._relative_position_bucket``, then
+    ``compute_bias``) at float positions: ``(heads, Q, K)``."""
+    rel = k[None, :] - q[:, None]                               # memory - query
+    nb = num_buckets // 2
+    n = xp.abs(rel)
+    max_exact = nb // 2
+    is_small = n < max_exact
+    large = max_exact + xp.floor(xp.log(xp.clip(n, max_exact, None) / max_exact)
+                                 / math.log(max_distance / max_exact) * (nb - max_exact))
+    large = xp.clip(large, None, nb - 1)
+    bucket = xp.where(is_small, n, large)
+    bucket = xp.where(rel > 0, bucket + nb, bucket)
+    values = table[xp.asarray(bucket, dtype=index_dtype)]      # (Q, K, heads)
+    return xp.moveaxis(values, -1, 0)
+
+
+def hand_shaw(xp: Any, q: Any, k: Any, table: Any, max_distance: int) -> Any:
+    """Shaw et al. 2018: ``table[clip(k - q, -m, m) + m]`` → ``(Q, K, dim)``."""
+    rel = k[None, :] - q[:, None]
+    return table[xp.clip(rel, -max_distance, max_distance) + max_distance]
+
+
+def hand_transformer_xl(xp: Any, q: Any, k: Any, dim: int, base: float = 10000.0) -> Any:
+    """Transformer-XL relative sinusoid of ``q - k``, sines then cosines → ``(Q, K, dim)``."""
+    inv_freq = base ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    angle = (q[:, None] - k[None, :])[:, :, None] * inv_freq[None, None, :]
+    return xp.concat((xp.sin(angle), xp.cos(angle)), axis=-1)
+
+
+def hand_alibi(xp: Any, q: Any, k: Any, num_heads: int) -> Any:
+    """ALiBi (Press et al. 2022) for a power-of-two head count: ``-slope_h · |q - k|``."""
+    slopes = 2.0 ** (-8.0 * xp.arange(1, num_heads + 1, dtype=xp.float32) / num_heads)
+    dist = xp.abs(k[None, :] - q[:, None])
+    return -slopes[:, None, None] * dist[None, :, :]
+

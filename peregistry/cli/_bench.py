@@ -1,0 +1,53 @@
+"""``peregistry bench [NAME...]``: each encoder timed against hand-written code and a memory copy
+(:mod:`peregistry.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from ._core import Command, UsageError, comma_list, positive_int
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", metavar="NAME", nargs="*")
+    parser.add_argument("--backend", action="append", default=[], metavar="B",
+                        help="numpy, torch, jax or array_api_strict (repeatable, or "
+                             "comma-separated)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small shapes and few repetitions (a smoke test)")
+    parser.add_argument("--reps", type=positive_int, metavar="N",
+                        help="timed repetitions (default 25, --quick 5)")
+    parser.add_argument("--progress", action="store_true",
+                        help="draw the progress bar on stderr even when it is not a terminal")
+
+
+def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
+    """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
+    from ..backends._kernel import kernel_isa, kernel_status
+    from ..bench import format_bench_table, run_bench, stderr_if_tty
+
+    try:
+        rows = run_bench(args.names or None, comma_list(args.backend) or None, quick=args.quick,
+                         reps=args.reps, progress=stderr_if_tty(args.progress))
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    out.write(format_bench_table(rows) + "\n")
+    out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
+              "in this run (lower is faster).\n")
+    isa = kernel_isa()
+    out.write(f"native rotation kernel (torch CPU eager): {kernel_status()}"
+              f"{'' if isa == '-' else ', ' + isa}\n")
+    return 0
+
+
+COMMAND = Command(
+    name="bench",
+    help="time encoders against hand-written code and a memory copy",
+    description="For each NAME (default: every benchmarked encoder) and --backend (default: "
+                "every installed one of numpy, torch, jax, array_api_strict), time the encoder, "
+                "a plain hand-written implementation in the same framework and a copy of the "
+                "output's bytes, interleaved in one run; print medians and ratios.",
+    add_arguments=_add_arguments,
+    run=run,
+)

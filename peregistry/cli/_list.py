@@ -1,0 +1,55 @@
+"""``peregistry list``: every registered encoder, with its plugin and status, broken plugins
+included (with their error); imports no array framework."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._core import Command, dump_json, table
+
+if TYPE_CHECKING:
+    from ..registry import EncoderInfo
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _info_json(info: EncoderInfo) -> dict[str, Any]:
+    p = info.plugin
+    return {
+        "name": info.name, "kind": info.kind, "family": info.family, "summary": info.summary,
+        "status": info.status, "error": info.error,
+        "plugin": {"name": p.name, "distribution": p.distribution, "version": p.version,
+                   "label": p.label, "status": p.status, "error": p.error},
+    }
+
+
+def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
+    """``peregistry list``: every encoder and every broken plugin (exit 0 even then)."""
+    from .. import list_encoders
+
+    infos = list_encoders()
+    if args.format == "json":
+        dump_json([_info_json(i) for i in infos], out)
+        return 0
+    rows = [(i.name if i.name is not None else f"({i.plugin.name})", i.kind or "-",
+             i.plugin.label, i.status) for i in infos]
+    notes = [i.error if i.status != "ok" else None for i in infos]
+    out.write(table(("name", "kind", "plugin", "status"), rows, notes) + "\n")
+    n_bad = sum(i.status != "ok" for i in infos)
+    n_named = len({i.name for i in infos if i.name is not None})
+    out.write(f"{n_named} encoder{'s' if n_named != 1 else ''}"
+              + (f", {n_bad} row{'s' if n_bad != 1 else ''} not ok" if n_bad else "") + "\n")
+    return 0
+
+
+COMMAND = Command(
+    name="list",
+    help="every registered encoder, with its plugin and status",
+    description="Every registered encoder: name, kind, plugin, status (ok, error, conflict, "
+                "disabled); plugins that failed to load are listed with their error.",
+    add_arguments=_add_arguments,
+    run=run,
+)

@@ -1,0 +1,109 @@
+"""Building blocks of the pair kinds (``bias``, ``relative-embedding``): what an encoder of
+``k - q`` needs, written against the Array API standard. Each takes ``ctx`` (the caller's
+namespace, backend, device) from the public method and never looks the namespace up again.
+
+* :func:`distance` — ``k - q`` as an integer ``(..., Q, K)`` array (exact: integer arithmetic in
+  the namespace's indexing dtype, so ``uint8`` positions cannot wrap around);
+* :func:`gather` — rows of a table at integer indices of any shape (the standard's ``take``
+  accepts 1-D indices only);
+* :func:`index_dtype`, :func:`as_index` — the namespace's indexing dtype, and positions in it;
+* :func:`compute_dtype` — float32 or wider: the dtype to do arithmetic in for a given output;
+* :func:`pair_batch_shape`, :func:`pair_inputs` — the broadcast of ``(..., Q)`` and ``(..., K)``
+  and the common front of ``bias``/``embed`` (the base classes call it; plugins need not).
+
+Plugin authors import them from :mod:`peregistry.plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import Ctx, Encoder
+
+__all__ = ["as_index", "check_param_arrays", "compute_dtype", "distance", "gather", "index_dtype",
+           "pair_batch_shape", "pair_inputs"]
+
+
+def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
+                params: Any) -> tuple[Ctx, Any, Any, Any, tuple[int, ...]]:
+    """The common front of ``bias``/``embed``: one namespace for positions *and* params (so a
+    Python list of positions follows torch params), validated positions, validated params and
+    the broadcast batch shape."""
+    extra: tuple[Any, ...] = ()
+    if isinstance(params, Mapping):
+        check_param_arrays(enc.name, params)
+        extra = tuple(params.values())
+    ctx, arrays = enc._context(q_positions, k_positions, *extra)
+    q = enc._positions(arrays[0], ctx, what="q_positions")
+    k = enc._positions(arrays[1], ctx, what="k_positions")
+    batch = pair_batch_shape(enc.name, q, k)
+    prepared = enc._check_params(params, ctx)
+    return ctx, q, k, prepared, batch
+
+
+def check_param_arrays(owner: str, params: Any) -> None:
+    """Each value of a params dict must be an array (not a list or number)."""
+    if not isinstance(params, Mapping):
+        return
+    for key, v in params.items():
+        if not hasattr(v, "shape") or not hasattr(v, "dtype"):
+            raise TypeError(f"{owner}: params[{key!r}] must be an array (from enc.init(xp)), got "
+                            f"{type(v).__module__}.{type(v).__qualname__}")
+
+
+def pair_batch_shape(owner: str, q: Any, k: Any) -> tuple[int, ...]:
+    """Broadcast shape of ``q.shape[:-1]`` and ``k.shape[:-1]``; a clear error if they do not
+    broadcast or a position array has no sequence axis."""
+    for what, a in (("q_positions", q), ("k_positions", k)):
+        if len(a.shape) == 0:
+            raise ValueError(f"{owner}: {what} is a scalar, but should be (..., Q) / (..., K) "
+                             f"with a sequence axis; use e.g. xp.asarray([p])")
+    a, b = tuple(q.shape[:-1]), tuple(k.shape[:-1])
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(
+                f"{owner}: leading axes of q_positions {tuple(q.shape)} and k_positions "
+                f"{tuple(k.shape)} do not broadcast ({q.shape[:-1]} vs {k.shape[:-1]}); "
+                f"positions are (..., Q) and (..., K) with broadcastable '...'"
+            )
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def index_dtype(ctx: Ctx) -> Any:
+    """The namespace's default indexing dtype (int64; int32 on JAX without x64)."""
+    info = ctx.xp.__array_namespace_info__()
+    return info.default_dtypes(device=ctx.device)["indexing"]
+
+
+def as_index(positions: Any, ctx: Ctx) -> Any:
+    """``positions`` in the namespace's indexing dtype (no copy if already)."""
+    dt = index_dtype(ctx)
+    return positions if positions.dtype == dt else ctx.xp.astype(positions, dt)
+
+
+def distance(q: Any, k: Any, *, ctx: Ctx) -> Any:
+    """``k - q`` of shape ``(*batch, Q, K)``: ``d[..., i, j] = k[..., j] - q[..., i]``."""
+    xp = ctx.xp
+    qi, ki = as_index(q, ctx), as_index(k, ctx)
+    return xp.expand_dims(ki, axis=-2) - xp.expand_dims(qi, axis=-1)
+
+
+def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:
+    """``table`` indexed along ``axis`` (0 or 1 of a 2-D table) by integer ``idx`` of any shape.
+
+    ``axis=0``: ``(n, c)`` → ``(*idx.shape, c)``; ``axis=1``: ``(c, n)`` → ``(c, *idx.shape)``.
+    """
+    return ctx.backend.take(table, idx, axis=axis)
+
+
+def compute_dtype(out_dtype: Any, ctx: Ctx) -> Any:
+    """``out_dtype`` if it is float32 or wider, else float32: arithmetic never runs in half
+    precision, and a float32 result is computed in float32 (one rounding per operation)."""
+    xp = ctx.xp
+    return out_dtype if xp.finfo(out_dtype).bits >= 32 else xp.float32

@@ -1,0 +1,156 @@
+"""Run tox envs a few at a time, say as each starts and finishes, and count only this run.
+
+Called by ``scripts/test-all.sh`` with the tox runner's Python: ``run_envs.py TOX ENVS PARALLEL
+[-- tox args]``. Each env runs as its own ``tox run -e ENV`` (tox locks the shared packaging env),
+with its output in ``.tox/_logs/ENV.log``; a line is printed when an env starts, every 30 s while
+envs run (with pytest's percentage), and when it finishes, with its counts from the JUnit reports
+it wrote in this run (older reports are deleted first, so nothing stale is counted). The closing
+table has every env of this run; the last line sums them as ``N passed, N failed, N skipped``,
+where an env that failed without a failing test (lint, type, docs, an install error) counts as
+one failure.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOGS = Path(".tox/_logs")
+TICK = 30.0
+
+
+@dataclass
+class Env:
+    name: str
+    proc: subprocess.Popen[bytes] | None = None
+    start: float = 0.0
+    start_wall: float = 0.0
+    end: float = 0.0
+    status: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def log(self) -> Path:
+        return LOGS / f"{self.name}.log"
+
+    def reports(self) -> list[str]:
+        return sorted(glob.glob(f".tox/{self.name}/junit*.xml"))
+
+
+def clock(t0: float) -> str:
+    s = int(time.monotonic() - t0)
+    return f"[{s // 60:02d}:{s % 60:02d}]"
+
+
+def progress(env: Env) -> str:
+    """pytest's last ``[ NN%]`` in the env's log, or the last tox phase."""
+    try:
+        text = env.log.read_bytes()[-20000:].decode(errors="replace")
+    except OSError:
+        return ""
+    pct = re.findall(r"\[\s*(\d+)%\]", text)
+    if pct:
+        return f"tests {pct[-1]}%"
+    phase = re.findall(r"^\S+: (install_deps|install_package|commands\[\d+\]|packaging)", text,
+                       flags=re.M)
+    return phase[-1].replace("_", " ") if phase else "setting up"
+
+
+def count(env: Env) -> dict[str, int]:
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for path in env.reports():
+        if os.path.getmtime(path) < env.start_wall:
+            continue
+        for suite in ET.parse(path).getroot().iter("testsuite"):
+            tests = int(suite.get("tests", 0))
+            failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+            skipped = int(suite.get("skipped", 0))
+            totals["passed"] += tests - failed - skipped
+            totals["failed"] += failed
+            totals["skipped"] += skipped
+    return totals
+
+
+def describe(env: Env) -> str:
+    """The env's test counts, or for a tool env (lint, type, docs) its last line of output
+    before tox's own summary, e.g. ``All checks passed!``."""
+    c = env.counts
+    if env.reports() and sum(c.values()):
+        return f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
+    try:
+        lines = env.log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no output"
+    said = [ln.strip() for ln in lines if ln.strip() and not re.match(
+        rf"^\s*({re.escape(env.name)}: |congratulations|evaluation failed)", ln)]
+    return said[-1][:90] if said else "no output"
+
+
+def main(argv: list[str]) -> int:
+    tox, names, parallel = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
+    extra = argv[3:]
+    LOGS.mkdir(parents=True, exist_ok=True)
+    envs = [Env(n) for n in names]
+    for env in envs:
+        for path in env.reports():
+            os.remove(path)
+    t0 = time.monotonic()
+    print(f"{clock(t0)} running {len(envs)} tox envs, {parallel} at a time: {', '.join(names)}; "
+          f"logs in {LOGS}/", flush=True)
+    waiting: list[Env] = list(envs)
+    running: list[Env] = []
+    last_tick = time.monotonic()
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            env = waiting.pop(0)
+            env.start = time.monotonic()
+            env.start_wall = time.time() - 1
+            with env.log.open("wb") as log:
+                env.proc = subprocess.Popen([tox, "run", "-e", env.name, *extra], stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            running.append(env)
+            print(f"{clock(t0)} ▶ {env.name} started", flush=True)
+        time.sleep(0.5)
+        for env in list(running):
+            assert env.proc is not None
+            rc = env.proc.poll()
+            if rc is None:
+                continue
+            env.end, env.status = time.monotonic(), rc
+            env.counts = count(env)
+            running.remove(env)
+            mark = "✔" if rc == 0 else "✘"
+            print(f"{clock(t0)} {mark} {env.name} {'ok' if rc == 0 else f'FAILED (exit {rc})'} "
+                  f"in {env.end - env.start:.0f} s: {describe(env)}", flush=True)
+            if rc != 0:
+                tail = env.log.read_text(errors="replace").splitlines()[-40:]
+                print("\n".join(f"    | {line}" for line in tail), flush=True)
+        if running and time.monotonic() - last_tick >= TICK:
+            last_tick = time.monotonic()
+            now = ", ".join(f"{e.name} ({time.monotonic() - e.start:.0f} s, {progress(e)})"
+                            for e in running)
+            print(f"{clock(t0)} … running: {now}", flush=True)
+
+    print(f"\n{'env':<10} {'result':<8} {'time':>7}  tests")
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for env in envs:
+        result = "ok" if env.status == 0 else "FAILED"
+        print(f"{env.name:<10} {result:<8} {env.end - env.start:>6.0f}s  {describe(env)}")
+        for k in totals:
+            totals[k] += env.counts.get(k, 0)
+        if env.status != 0 and not env.counts.get("failed"):
+            totals["failed"] += 1
+    print(f"wall time {time.monotonic() - t0:.0f} s")
+    print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+    return 0 if all(e.status == 0 for e in envs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
