@@ -1,6 +1,8 @@
 """Run by ``test_sharding_jax.py`` in a fresh interpreter (XLA_FLAGS must be set before jax is
-imported): jitted encoders on a (2, 2, 2) mesh of host devices. Prints one JSON object mapping a
-case name to ``{"collectives": [...], "sharding_ok": bool, "equal": bool, "detail": str}``."""
+imported): jitted encoders on a (2, 2, 2) mesh of host devices, for each mesh mode named on the
+command line (``auto``, ``explicit``: one interpreter for all, jax imported once). Prints one JSON
+object ``{"devices": n, "modes": {mode: {case: {"collectives": [...], "sharding_ok": bool,
+"equal": bool, "detail": str}}}}``."""
 
 from __future__ import annotations
 
@@ -103,4 +105,5 @@ def main(mode: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"devices": jax.device_count(), "cases": main(sys.argv[1])}))
+    print(json.dumps({"devices": jax.device_count(),
+                      "modes": {mode: main(mode) for mode in sys.argv[1:]}}))

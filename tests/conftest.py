@@ -1,9 +1,18 @@
 """Shared fixtures: the backends under test (chosen by PEREGISTRY_BACKENDS) and fake installed
-distributions for registry tests."""
+distributions for registry tests.
+
+``torch.compile`` in the conformance suite (``check_jit``, ``check_rotary_jit_traces_once``)
+defaults here to the ``aot_eager`` backend: full-graph capture and functionalization as with
+inductor, without inductor's C++ code generation, which costs seconds per graph. Inductor itself
+is checked once per family in ``test_conformance.py::test_torch_compile_with_inductor``; set
+``PEREGISTRY_TORCH_COMPILE_BACKEND=inductor`` to run every case with it (subprocesses inherit
+the choice).
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -12,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from peregistry.backends._torch import COMPILE_BACKEND_ENV
 from peregistry.testing._core import selected_backends
 
+os.environ.setdefault(COMPILE_BACKEND_ENV, "aot_eager")
 BACKENDS = [b.name for b in selected_backends()]
 
 

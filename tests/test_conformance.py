@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import peregistry as per
-from peregistry.testing import Case, CheckFailure, check_encoder, parametrize_with_checks
+from peregistry.backends._torch import COMPILE_BACKEND_ENV
+from peregistry.testing import Case, CheckFailure, cases_for, check_encoder, parametrize_with_checks
 from peregistry.testing._core import selected_backends
+from peregistry.testing._report import run_case
 
 BUILTIN_CASES = [
     ("sinusoidal", {"dim": 8}),
@@ -23,6 +25,32 @@ BUILTIN_CASES = [
 
 @parametrize_with_checks(BUILTIN_CASES)
 def test_conformance(case: Case) -> None:
+    case.run()
+
+
+# -- torch.compile with inductor, once per family -----------------------------------------------
+# conftest.py makes aot_eager the suite's torch.compile backend (graph capture without C++ code
+# generation); inductor compiles C++ per graph, so it runs here for one encoder of each family.
+INDUCTOR_CASES = [
+    ("sinusoidal", {"dim": 8}),
+    ("rotary", {"dim": 64}),
+    ("mrope", {"dim": 16, "sections": (2, 3, 3)}),
+    ("learned", {"num_positions": 16, "dim": 4}),
+    ("t5", {"num_heads": 4}),
+    ("transformer-xl", {"dim": 8}),
+]
+
+
+def _inductor_cases() -> list[Any]:
+    if "torch" not in [b.name for b in selected_backends()]:
+        return []
+    return [pytest.param(c, id=c.id) for c in cases_for(
+        INDUCTOR_CASES, backends="torch", checks=["check_jit", "check_rotary_jit_traces_once"])]
+
+
+@pytest.mark.parametrize("case", _inductor_cases())
+def test_torch_compile_with_inductor(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(COMPILE_BACKEND_ENV, "inductor")
     case.run()
 
 
@@ -83,9 +111,10 @@ class BrokenLaw(GoodSin):
         return a * (1.0 + 1e-5 * p)
 
 
-def failing_checks(enc: per.Encoder, backend: str) -> set[str]:
-    report = check_encoder(enc, backends=backend)
-    return {r.check for r in report.failures}
+def failing_checks(enc: per.Encoder, backend: str, *checks: str) -> set[str]:
+    """Which of ``checks`` (the ones a test asserts on) fail or error."""
+    rows = (run_case(c) for c in cases_for([enc], backends=backend, checks=checks))
+    return {r.check for r in rows if r.status not in ("passed", "xfail")}
 
 
 @pytest.fixture(params=[b.name for b in selected_backends()])
@@ -101,17 +130,20 @@ def test_good_reference_encoder_passes(backend_name: str) -> None:
 def test_wrong_dtype_is_caught(backend_name: str) -> None:
     if backend_name == "array_api_strict":
         pytest.skip("array_api_strict has no half precision, where this encoder goes wrong")
-    assert "check_dtype_preserved" in failing_checks(WrongDtype(dim=8), backend_name)
+    assert "check_dtype_preserved" in failing_checks(WrongDtype(dim=8), backend_name,
+                                                       "check_dtype_preserved")
 
 
 def test_numpy_output_for_other_input_is_caught(backend_name: str) -> None:
     if backend_name == "numpy":
         pytest.skip("NumPy output is right for NumPy input")
-    assert "check_namespace_preserved" in failing_checks(NumpyOut(dim=8), backend_name)
+    assert "check_namespace_preserved" in failing_checks(NumpyOut(dim=8), backend_name,
+                                                           "check_namespace_preserved")
 
 
 def test_broken_shift_law_is_caught(backend_name: str) -> None:
-    failed = failing_checks(BrokenLaw(dim=8), backend_name)
+    failed = failing_checks(BrokenLaw(dim=8), backend_name, "check_shift_linear",
+                            "check_shift_invariant_dot")
     assert {"check_shift_linear", "check_shift_invariant_dot"} <= failed
 
 
@@ -143,16 +175,12 @@ def test_expected_failure_naming_an_unknown_check_is_an_error() -> None:
 
 
 def test_case_run_raises_check_failure_with_id() -> None:
-    from peregistry.testing import cases_for
-
     (case,) = cases_for([WrongDtype(dim=8)], backends="numpy", checks=["check_dtype_preserved"])
     with pytest.raises(CheckFailure, match=r"^\[test-wrong-dtype-numpy-check_dtype_preserved\]"):
         case.run()
 
 
 def test_checks_are_chosen_by_kind_and_capability() -> None:
-    from peregistry.testing import cases_for
-
     class Plain(GoodSin):
         name = "test-plain"
         continuous = False

@@ -21,20 +21,26 @@ pytestmark = pytest.mark.skipif("jax" not in [b.name for b in selected_backends(
 WORKER = Path(__file__).with_name("_jax_mesh_worker.py")
 
 
-def _run(mode: str) -> dict[str, Any]:
+MODES = ["auto", "explicit"]
+
+
+@pytest.fixture(scope="module")
+def all_modes() -> dict[str, dict[str, Any]]:
+    """Both mesh modes, run in one subprocess (jax imported and initialized once)."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
            "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(WORKER), mode], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(WORKER), *MODES], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["devices"] == 8
-    return dict(result["cases"])
+    return dict(result["modes"])
 
 
-@pytest.fixture(scope="module", params=["auto", "explicit"])
-def mesh_cases(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param, _run(request.param)
+@pytest.fixture(params=MODES)
+def mesh_cases(request: pytest.FixtureRequest,
+               all_modes: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    return request.param, dict(all_modes[request.param])
 
 
 EXPECTED = {"rotate", "rotate-positions", "mrope", "sinusoidal", "context-parallel-rotate",

@@ -1,10 +1,10 @@
-"""The machinery of the conformance suite: checks, cases, backend selection, reports.
-
-A *check* is a plain function ``check_<property>(case)`` that raises :class:`CheckFailure` with a
-message saying what was expected and what came. Each check declares the encoder kinds it applies
-to and the capabilities it needs (``"jit"`` or ``"grad"`` of the backend, an encoder property such
-as ``"shift-linear"``, ``"continuous"``, ``"learned"``). A *case* is one encoder × one backend ×
-one check; :func:`cases_for` makes every applicable case.
+"""The machinery of the conformance suite: check registration, cases, backend selection. A
+*check* is a plain function ``check_<property>(case)`` that raises :class:`CheckFailure` with a
+message saying what was expected and what came; it declares the encoder kinds it applies to and
+the capabilities it needs (``"jit"`` or ``"grad"`` of the backend, an encoder property such as
+``"shift-linear"``, ``"continuous"``, ``"learned"``). A *case* is one encoder × one backend × one
+check. This module imports no check module (the catalogue :mod:`peregistry.testing.checks` does),
+so every check module can import it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ __all__ = [
     "Case",
     "CheckFailure",
     "CheckSpec",
+    "all_checks",
     "check",
-    "registered_checks",
     "selected_backends",
 ]
 
@@ -85,9 +85,9 @@ def check(
     return deco
 
 
-def registered_checks() -> dict[str, CheckSpec]:
-    from . import checks, checks_relative, checks_rotary  # noqa: F401 - registers the built-in checks
-
+def all_checks() -> dict[str, CheckSpec]:
+    """The checks registered so far, in registration order (the built-ins register when
+    :mod:`peregistry.testing.checks` is imported: see its ``registered_checks``)."""
     return dict(_CHECKS)
 
 

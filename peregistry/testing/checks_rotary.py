@@ -21,16 +21,8 @@ import warnings
 from typing import Any
 
 from ._core import Case, CheckFailure, check
-
-
-def _wide_name(case: Case) -> str:
-    return "float64" if "float64" in case.float_dtypes else "float32"
-
-
-def _err(a: Any, b: Any) -> float:
-    import numpy as np
-
-    return float(np.max(np.abs(a - b))) if np.size(a) else 0.0
+from ._numerics import max_err as _err
+from ._numerics import wide_name as _wide_name
 
 
 def _rotary_dim_and_factor(case: Case) -> tuple[int, float]:
@@ -299,50 +291,3 @@ def check_rotary_jit_traces_once(case: Case) -> None:
     if _err(got, want) > tol:
         raise CheckFailure(f"jit rotate differs from eager by {_err(got, want):.3g}, but should "
                            f"be <= {tol:.3g}")
-
-
-# -- multi-axis (M-RoPE) ------------------------------------------------------------------------
-@check(kinds={"rotary"}, requires={"multi-axis"})
-def check_mrope_equals_rotary_on_equal_axes(case: Case) -> None:
-    """With every axis at the same position (text) the encoder equals its single-axis rotary
-    encoder (``text_equivalent()``) exactly, in every float dtype."""
-    import numpy as np
-
-    enc: Any = case.encoder
-    single = enc.text_equivalent()
-    dim = _head_dim(case)
-    pos = case.rng.integers(0, 5000, size=(2, 1, 6))
-    x = case.rng.standard_normal((2, 3, 6, dim))
-    for name in case.float_dtypes:
-        xb = case.asarray(x, dtype=name)
-        a = case.to_numpy(enc.rotate(xb, _pos(case, pos)))
-        b = case.to_numpy(single.rotate(xb, case.asarray(pos)))
-        if not np.array_equal(a, b):
-            raise CheckFailure(f"{name}: rotate with equal axes differs from "
-                               f"{single!r}.rotate by {_err(a, b):.3g}, but should be identical")
-
-
-@check(kinds={"rotary"}, requires={"multi-axis"})
-def check_mrope_relative_per_axis(case: Case) -> None:
-    """<R(P)q, R(P')k> depends only on the per-axis difference P - P': shifting every axis of
-    both positions by its own amount leaves the dot product unchanged."""
-    import numpy as np
-
-    enc: Any = case.encoder
-    dim = _head_dim(case)
-    axes = int(np.asarray(enc.text_positions(np.asarray([0]))).shape[0])
-    q, k = case.rng.standard_normal(dim), case.rng.standard_normal(dim)
-    m0 = case.rng.integers(100, 2000, size=(axes, 1))
-    n0 = m0 - case.rng.integers(-50, 50, size=(axes, 1))
-    shifts = case.rng.integers(0, 3000, size=(axes, 12))
-    m, n = m0 + shifts, n0 + shifts
-    name = _wide_name(case)
-    x = np.concatenate([np.tile(q, (12, 1)), np.tile(k, (12, 1))])
-    out = case.to_numpy(enc.rotate(case.asarray(x, dtype=name),
-                                   case.asarray(np.concatenate([m, n], axis=1))))
-    dots = np.sum(out[:12] * out[12:], axis=-1)
-    tol = case.tolerance(name, steps=256, scale=float(np.linalg.norm(q) * np.linalg.norm(k)))
-    spread = float(dots.max() - dots.min())
-    if spread > tol:
-        raise CheckFailure(f"<R(P)q, R(P')k> varies by {spread:.3g} under per-axis shifts of both "
-                           f"positions, but should depend only on P - P' (tolerance {tol:.3g})")

@@ -1,0 +1,87 @@
+"""Running cases outside pytest: :func:`check_encoder` runs every applicable case of an encoder
+and returns a :class:`Report`, one row per encoder × backend × check, that never raises for a
+failing check and prints as a table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._cases import cases_for
+from ._core import Case, CheckFailure
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    encoder: str
+    backend: str
+    check: str
+    status: str  # "passed", "failed", "error", "xfail", "xpass"
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Result of :func:`check_encoder`: one row per encoder x backend x check."""
+
+    rows: tuple[ReportRow, ...]
+
+    @property
+    def ok(self) -> bool:
+        """False if any check failed, errored, or passed although declared as expected to fail."""
+        return all(r.status in ("passed", "xfail") for r in self.rows)
+
+    @property
+    def failures(self) -> list[ReportRow]:
+        return [r for r in self.rows if r.status not in ("passed", "xfail")]
+
+    def __str__(self) -> str:
+        return format_table(self.rows)
+
+
+def format_table(rows: Sequence[ReportRow]) -> str:
+    head = ("encoder", "backend", "check", "status")
+    body = [(r.encoder, r.backend, r.check, r.status) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r, cells in zip(rows, body, strict=True):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)))
+        if r.message and r.status != "passed":
+            lines.append(f"    {r.message}")
+    n_bad = sum(r.status not in ("passed", "xfail") for r in rows)
+    lines.append(f"{len(rows) - n_bad} ok, {n_bad} failed")
+    return "\n".join(lines)
+
+
+def run_case(case: Case) -> ReportRow:
+    """Run one case and turn the outcome into a report row (never raises for a failing check)."""
+    base = (case.encoder.name, case.backend.name, case.spec.name)
+    try:
+        case.run()
+    except CheckFailure as exc:
+        if case.expected_failure is not None:
+            return ReportRow(*base, "xfail", f"expected: {case.expected_failure}")
+        return ReportRow(*base, "failed", str(exc))
+    except Exception as exc:
+        if case.expected_failure is not None:
+            return ReportRow(*base, "xfail", f"expected: {case.expected_failure}")
+        return ReportRow(*base, "error", f"{type(exc).__name__}: {exc}")
+    if case.expected_failure is not None:
+        return ReportRow(*base, "xpass", f"declared to fail ({case.expected_failure}) but passed")
+    return ReportRow(*base, "passed")
+
+
+def check_encoder(
+    name: Any,
+    *,
+    backends: str | Sequence[str] | None = None,
+    expected_failed_checks: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Report:
+    """Run every applicable check of encoder ``name`` (built with ``options``) on every selected
+    backend, and return the :class:`Report`. ``name`` may also be an encoder object."""
+    spec = name if not isinstance(name, str) else (name, options)
+    cases = cases_for([spec], backends=backends, expected_failed_checks=expected_failed_checks)
+    return Report(tuple(run_case(c) for c in cases))

@@ -1,0 +1,160 @@
+"""Conformance checks every encoder gets, whatever its kind: namespace, device and dtype
+preservation, shapes, agreement with float64 NumPy, inputs not mutated, determinism, the
+backend's jit, and real-valued positions for continuous encoders. Each raises
+:class:`CheckFailure` with a message of the form ``what=<came>, but should be <expected>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._core import Case, CheckFailure, check
+from ._drivers import case_params, invoke, reference, sample, to_backend
+from ._numerics import max_err as _max_err
+from ._numerics import shape_of as _shape
+
+
+@check()
+def check_namespace_preserved(case: Case) -> None:
+    """Outputs are arrays of the inputs' framework (torch in -> torch out)."""
+    from ..registry import default_registry
+
+    out = invoke(case, sample(case))
+    owner = default_registry.backend_of(out)
+    if owner is None or owner.name != case.backend.name:
+        got = owner.name if owner is not None else f"{type(out).__module__}.{type(out).__name__}"
+        raise CheckFailure(f"output is a {got} array, but should be {case.backend.name}")
+
+
+@check()
+def check_device_preserved(case: Case) -> None:
+    """Outputs live on the inputs' device, for every device the backend offers for tests."""
+    probe = sample(case)
+    for device in case.backend.test_devices():
+        out = invoke(case, probe, device=device)
+        got = case.backend.device(out)
+        if got != device:
+            raise CheckFailure(f"output.device={got}, but should be {device} (the input's)")
+
+
+@check()
+def check_dtype_preserved(case: Case) -> None:
+    """Each floating dtype asked for (or given, for rotary ``x``) is the dtype that comes out;
+    ``None`` gives the namespace's default float dtype."""
+    probe = sample(case)
+    out = invoke(case, probe, dtype=None)
+    default = case.backend.default_float_dtype(case.backend.device(out))
+    if out.dtype != default:
+        raise CheckFailure(f"output.dtype={out.dtype} with dtype=None, but should be the "
+                           f"default float dtype {default}")
+    for name, dt in case.float_dtypes.items():
+        out = invoke(case, probe, dtype=name)
+        if out.dtype != dt:
+            raise CheckFailure(f"output.dtype={out.dtype}, but should be {name}")
+
+
+@check()
+def check_shapes(case: Case) -> None:
+    """Output shape follows the positions: scalar, 1-D, and batched (broadcast) shapes."""
+    for shape in [(), (7,), (2, 3), (2, 1, 4)]:
+        probe = sample(case, shape=shape)
+        out = invoke(case, probe)
+        if _shape(out) != probe.expected_shape:
+            raise CheckFailure(f"output.shape={_shape(out)}, but should be "
+                               f"{probe.expected_shape} for input shape {shape}")
+
+
+@check()
+def check_matches_float64_numpy(case: Case) -> None:
+    """Every dtype agrees with the float64 NumPy result within a tolerance set by the dtype."""
+    import numpy as np
+
+    probe = sample(case)
+    ref = reference(case, probe)
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    for name in case.float_dtypes:
+        got = case.to_numpy(invoke(case, probe, dtype=name))
+        # float32 results come from float32 sin/cos on float32-only backends: a few more ulps.
+        tol = case.tolerance(name, steps=8 if name != "float32" else 32, scale=scale)
+        err = _max_err(got, ref)
+        if got.shape != ref.shape or not err <= tol:
+            raise CheckFailure(f"max |{name} - float64 NumPy| = {err:.3g}, but should be <= "
+                               f"{tol:.3g}")
+
+
+@check()
+def check_inputs_not_mutated(case: Case) -> None:
+    """No input array is modified (values compared before and after the call)."""
+    import numpy as np
+
+    probe = sample(case)
+    name = "float32" if "float32" in case.float_dtypes else next(iter(case.float_dtypes))
+    arrays = to_backend(case, probe, name)
+    before = {k: case.to_numpy(v).copy() for k, v in arrays.items()}
+    invoke(case, probe, dtype=name, arrays=arrays)
+    for k, v in arrays.items():
+        if not np.array_equal(case.to_numpy(v), before[k], equal_nan=True):
+            raise CheckFailure(f"input {k!r} was modified by the call, but should be unchanged")
+
+
+@check()
+def check_deterministic(case: Case) -> None:
+    """Two calls with the same inputs give bit-identical results."""
+    import numpy as np
+
+    probe = sample(case)
+    a = case.to_numpy(invoke(case, probe))
+    b = case.to_numpy(invoke(case, probe))
+    if not np.array_equal(a, b, equal_nan=True):
+        raise CheckFailure(f"two identical calls differ by up to {_max_err(a, b):.3g}, but "
+                           f"should be identical")
+
+
+@check(requires={"jit"})
+def check_jit(case: Case) -> None:
+    """The call compiles with the backend's tracing compiler (``jax.jit``,
+    ``torch.compile(fullgraph=True)``) and agrees with eager execution."""
+    probe = sample(case)
+    name = "float32"
+    arrays = to_backend(case, probe, name)
+    enc = case.encoder
+    params = None
+    if enc.learned:
+        params = case_params(case, enc, name, None)
+
+    def fn(arrays: dict[str, Any], params: Any) -> Any:
+        return invoke(case, probe, dtype=name, arrays=arrays, params=params)
+
+    compiled = case.backend.jit(fn)
+    assert compiled is not None
+    try:
+        got = compiled(arrays, params)
+    except Exception as exc:
+        raise CheckFailure(
+            f"{case.backend.name} jit raised {type(exc).__name__}: {str(exc)[:500]}, but should "
+            f"compile"
+        ) from exc
+    want = case.to_numpy(fn(arrays, params))
+    got_np = case.to_numpy(got)
+    tol = case.tolerance(name, steps=64, scale=max(1.0, float(abs(want).max())))
+    if got_np.shape != want.shape or _max_err(got_np, want) > tol:
+        raise CheckFailure(f"jit result differs from eager by {_max_err(got_np, want):.3g}, but "
+                           f"should be <= {tol:.3g}")
+
+
+@check(requires={"continuous"})
+def check_real_positions(case: Case) -> None:
+    """Continuous encoders accept real-valued positions; integer-valued reals equal integers."""
+    import numpy as np
+
+    probe = sample(case)
+    for key in [k for k in probe.args if "position" in k]:
+        ints = probe.args[key]
+        probe_f = type(probe)({**probe.args, key: ints.astype(np.float32)}, probe.float_args,
+                              probe.dtype_arg, probe.expected_shape)
+        a = case.to_numpy(invoke(case, probe, dtype="float32"))
+        b = case.to_numpy(invoke(case, probe_f, dtype="float32"))
+        tol = case.tolerance("float32", steps=32)
+        if _max_err(a, b) > tol:
+            raise CheckFailure(f"float positions give results {_max_err(a, b):.3g} away from the "
+                               f"same integer positions, but should agree within {tol:.3g}")
