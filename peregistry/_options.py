@@ -24,7 +24,13 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["EXAMPLE_CANDIDATES", "NO_EXAMPLE", "REQUIRED", "Option", "freeze", "thaw"]
+__all__ = ["EXAMPLE_CANDIDATES", "MAX_DIM", "NO_EXAMPLE", "REQUIRED", "Option", "freeze", "thaw"]
+
+#: The largest feature dimension the built-in encoders accept (``dim`` of ``rotary``, ``mrope``,
+#: ``transformer-xl``): 65536 features, far above any real head or model dimension. They
+#: compute their frequencies when constructed, so an absurd ``dim`` (``2**40``) would otherwise
+#: try to allocate terabytes there.
+MAX_DIM: Final = 1 << 16
 
 
 class _Required:
@@ -250,7 +256,7 @@ class Option:
     def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
         if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
             raise self._wrong_type(owner, value)
-        out = tuple(float(v) for v in value)
+        out = tuple(_finite_or_inf(v) for v in value)
         if not all(math.isfinite(v) for v in out):
             raise ValueError(
                 f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
@@ -274,7 +280,7 @@ class Option:
         if t is float:
             if not isinstance(value, numbers.Real):
                 raise self._wrong_type(owner, value)
-            out = float(value)
+            out = _finite_or_inf(value)
             if not math.isfinite(out):
                 raise ValueError(
                     f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"
@@ -297,6 +303,16 @@ class Option:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise self._wrong_type(owner, value)
         return freeze(value)
+
+
+def _finite_or_inf(value: Any) -> float:
+    """``float(value)``, or ``inf`` where that overflows (an int beyond float64's range, such as
+    ``10**400``), so that the caller's finiteness check reports it as a ``ValueError`` naming the
+    option rather than letting an ``OverflowError`` escape."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _parse_bool(word: str) -> bool:

@@ -313,7 +313,7 @@ def test_t5_bad_options(opts: dict[str, Any], match: str) -> None:
 
 
 def test_other_bad_options() -> None:
-    with pytest.raises(ValueError, match="option 'dim' must be a positive even integer, got 7"):
+    with pytest.raises(ValueError, match="option 'dim' must be a positive even integer <= 65536, got 7"):
         per.get_encoder("transformer-xl", dim=7)
     with pytest.raises(ValueError, match="option 'max_distance' must be a positive integer"):
         per.get_encoder("shaw", max_distance=0, dim=4)

@@ -394,7 +394,7 @@ def test_torch_compile_fullgraph_no_warnings_no_recompile(monkeypatch: pytest.Mo
 
 # -- bad input ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("options", "exc", "pattern"), [
-    ({"dim": 63}, ValueError, "option 'dim' must be a positive even integer, got 63"),
+    ({"dim": 63}, ValueError, "option 'dim' must be a positive even integer <= 65536, got 63"),
     ({"dim": 64, "rotary_dim": 31}, ValueError,
      "option 'rotary_dim' must be None (= dim) or a positive even integer <= dim, got 31"),
     ({"dim": 64, "rotary_dim": 128}, ValueError,

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._hooks import hookimpl
-from .._options import Option
+from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
 from .learned_params import LearnedParams
@@ -258,7 +258,8 @@ class TransformerXL(RelativeEmbedding):
     continuous = True
     __slots__ = ()
 
-    dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
+    dim = Option(int, allowed=f"a positive even integer <= {MAX_DIM}",
+                 check=lambda d: 0 < d <= MAX_DIM and d % 2 == 0,
                  doc="length of each relative embedding")
     base = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
                   check=lambda b: b > 0 and b != 1.0, doc="wavelength base (10000 in the paper)")

@@ -33,7 +33,7 @@ distribution.
 from __future__ import annotations
 
 from .._hooks import hookimpl
-from .._options import Option
+from .._options import MAX_DIM, Option
 from ..rope.encoder import RotaryEncoder
 from ..rope.scaled import ScaledRotary
 
@@ -41,7 +41,8 @@ __all__ = ["Rotary", "ScaledRotary"]
 
 
 #: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.
-HEAD_DIM = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
+HEAD_DIM = Option(int, allowed=f"a positive even integer <= {MAX_DIM}",
+                  check=lambda d: 0 < d <= MAX_DIM and d % 2 == 0,
                   doc="head dimension: x.shape[-1]")
 THETA = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
                check=lambda t: t > 0 and t != 1.0,

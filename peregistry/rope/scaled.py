@@ -53,6 +53,15 @@ class ScaledRotary(RotaryEncoder):
     _scaled: ScalingState
 
     def _validate(self) -> None:
+        try:
+            self._resolve_scaling()
+        except OverflowError as exc:  # e.g. an integer parameter beyond float64's range
+            raise ValueError(
+                f"{self.name}: scaling={thaw(self._values['scaling'])!r} overflows float64 "
+                f"when its frequencies are computed ({exc}); allowed: parameters whose values "
+                f"fit in a float64 (below about 1.8e308)") from None
+
+    def _resolve_scaling(self) -> None:
         from .scalings import resolve_scaling
 
         raw = self._values["scaling"]
