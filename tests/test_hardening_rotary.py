@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 import peregistry as per
@@ -102,3 +103,96 @@ def test_the_largest_dim_is_accepted_and_documented() -> None:
     from peregistry._options import MAX_DIM
 
     assert MAX_DIM == 2**16
+
+
+# -- item 1: integer offsets near their dtype's limit ---------------------------------------------
+
+
+def _namespace(name: str) -> Any:
+    if name == "torch":
+        torch = pytest.importorskip("torch")
+        return torch
+    if name == "jax":
+        pytest.importorskip("jax")
+        import jax.numpy as jnp
+
+        return jnp
+    if name == "array_api_strict":
+        return pytest.importorskip("array_api_strict")
+    return np
+
+
+def _int32_limit_is_wide(name: str) -> bool:
+    """JAX without x64 computes positions in int32: there the limit is 2**31 - 1."""
+    if name != "jax":
+        return False
+    import jax
+
+    return not jax.config.jax_enable_x64
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "array_api_strict"])
+def test_int32_offset_near_its_limit_does_not_wrap(backend: str) -> None:
+    xp = _namespace(backend)
+    enc = per.get_encoder("rotary", dim=8)
+    x_np = np.random.default_rng(0).standard_normal((4, 8))
+    x = xp.asarray(x_np)
+    offset = xp.asarray(2**31 - 2, dtype=xp.int32)
+    if _int32_limit_is_wide(backend):
+        with pytest.raises(ValueError, match=r"offset=2147483646 with 4 positions reaches "
+                                             r"position 2147483649, beyond what int32"):
+            enc.rotate(x, offset=offset)
+        return
+    got = np.asarray(enc.rotate(x, offset=offset))
+    want = np.asarray(enc.rotate(x, offset=2**31 - 2))  # a Python int: exact positions
+    np.testing.assert_array_equal(got, want)
+    fresh = enc.rotate(x_np, np.arange(2**31 - 2, 2**31 + 2, dtype=np.int64))
+    np.testing.assert_allclose(got, fresh, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "array_api_strict"])
+def test_offsets_beyond_the_widest_integer_are_an_error_naming_offset(backend: str) -> None:
+    xp = _namespace(backend)
+    enc = per.get_encoder("rotary", dim=8)
+    x = xp.asarray(np.ones((4, 8), dtype=np.float32))
+    bits = 32 if _int32_limit_is_wide(backend) else 64
+    top = 2 ** (bits - 1) - 1
+    dtype = xp.int32 if bits == 32 else xp.int64
+    for offset in (top - 1, xp.asarray(top - 1, dtype=dtype)):
+        with pytest.raises(ValueError, match=rf"offset={top - 1} with 4 positions reaches "
+                                             rf"position {top + 2}, beyond what int{bits} "
+                                             rf"positions hold \(-{top + 1} \.\. {top}\)"):
+            enc.rotate(x, offset=offset)
+    enc.rotate(x, offset=top - 3)  # the last position is the limit itself: fine
+    enc.rotate(x, offset=-top - 1)
+
+
+def test_unsigned_offset_beyond_int64_is_an_error() -> None:
+    enc = per.get_encoder("rotary", dim=8)
+    with pytest.raises(ValueError, match=r"offset=18446744073709551615 .* int64"):
+        enc.rotate(np.ones((2, 8)), offset=np.asarray(2**64 - 1, np.uint64))
+    with pytest.raises(ValueError, match=r"offset=9223372036854775807"):
+        enc.rotate(np.ones((2, 8)), offset=np.asarray([0, 2**63 - 1], np.int64)[:, None])
+
+
+def test_mrope_int32_offset_near_its_limit_does_not_wrap() -> None:
+    enc = per.get_encoder("mrope", dim=8, sections=(2, 1, 1))
+    x = np.random.default_rng(1).standard_normal((3, 8))
+    got = enc.rotate(x, offset=np.asarray(2**31 - 1, np.int32))
+    np.testing.assert_array_equal(got, enc.rotate(x, offset=2**31 - 1))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_positions_at_the_dtype_limits_are_exact(backend: str, dtype: str) -> None:
+    """The table gather path and the computed path agree at the largest positions."""
+    xp = _namespace(backend)
+    enc = per.get_encoder("rotary", dim=8)
+    top = 2**31 - 1 if dtype == "int32" else 2**62
+    x_np = np.random.default_rng(2).standard_normal((3, 8))
+    pos_np = np.asarray([top, top - 1, 5])
+    got = np.asarray(enc.rotate(xp.asarray(x_np), xp.asarray(pos_np, dtype=getattr(xp, dtype))))
+    want = enc.rotate(x_np, pos_np.astype(np.float64))
+    np.testing.assert_array_equal(got, want)
+    one = np.asarray(enc.rotate(xp.asarray(x_np[:1]), xp.asarray([top], dtype=getattr(xp, dtype))))
+    np.testing.assert_array_equal(one, want[:1])

@@ -12,6 +12,7 @@ standard lacks.
   ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
 * :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply` — the
   questions the eager position table asks before it keeps or reads an array.
+* :func:`wide_int` — the integer dtype positions ``offset + arange(seq)`` are computed in.
 
 :mod:`._torch` and :mod:`._jax` import their framework only inside their functions, so that
 importing the engine imports no framework.
@@ -35,6 +36,7 @@ __all__ = [
     "materialize",
     "reads_cheaply",
     "rotate",
+    "wide_int",
 ]
 
 
@@ -103,6 +105,14 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     if ctx.backend.is_tracing(lo):  # JAX stages even operations on concrete arrays in a trace
         return None
     return int(lo), int(hi)
+
+
+def wide_int(xp: Any) -> Any:
+    """The integer dtype positions are computed in: int64, or int32 under JAX without x64
+    (which has no int64)."""
+    if _is_jax(xp):
+        return _jax.wide_int(xp)
+    return xp.int64
 
 
 def reads_cheaply(x: Any, *, xp: Any) -> bool:

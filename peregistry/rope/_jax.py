@@ -49,3 +49,11 @@ def _maybe_sharded(a: Any) -> bool:
         return False
     return any(n > 1 and t != jax.sharding.AxisType.Manual
                for n, t in zip(sizes, types, strict=True))
+
+
+def wide_int(xp: Any) -> Any:
+    """The widest integer dtype JAX gives now: int64 under ``jax_enable_x64``, else int32 (an
+    int64 request would silently give int32, with a warning)."""
+    import jax
+
+    return xp.int64 if jax.config.read("jax_enable_x64") else xp.int32

@@ -125,9 +125,18 @@ class RotaryEncoder(Encoder):
         """Positions for ``positions=None``: ``offset + arange(seq)``."""
         xp = ctx.xp
         if isinstance(offset, int):
-            return xp.arange(offset, offset + seq, device=ctx.device)
-        ar = xp.arange(seq, dtype=offset.dtype, device=ctx.device)
-        return offset + ar
+            if offset + seq <= 2**31 - 1:  # the usual case; else the stop may not fit
+                return xp.arange(offset, offset + seq, device=ctx.device)
+            wide = _delegation.wide_int(xp)
+            return (xp.asarray(offset, dtype=wide, device=ctx.device)
+                    + xp.arange(seq, dtype=wide, device=ctx.device))
+        if xp.isdtype(offset.dtype, "integral"):
+            # In the widest integer dtype: an int32 offset near 2**31 must not wrap (the
+            # validation has checked that the last position fits, where it can be read).
+            wide = _delegation.wide_int(xp)
+            off = offset if offset.dtype == wide else xp.astype(offset, wide)
+            return off + xp.arange(seq, dtype=wide, device=ctx.device)
+        return offset + xp.arange(seq, dtype=offset.dtype, device=ctx.device)
 
     def text_positions(self, positions: Any) -> Any:
         """Positions for tokens at the scalar ``positions`` (text): the positions themselves;
@@ -229,12 +238,46 @@ class RotaryEncoder(Encoder):
             if offset_arr is not None:
                 self._positions(offset_arr, ctx, what="offset")
                 offset = offset_arr
+            self._check_offset_range(offset, xshape[-2], ctx, tracing=tracing)
         else:
             if offset_arr is not None or offset != 0:
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
             pos = self._positions(pos, ctx)
         return _Call(ctx, x, pos, offset, seq_len, tracing, cdt)
+
+    def _check_offset_range(self, offset: Any, seq: int, ctx: Ctx, *, tracing: bool) -> None:
+        """Positions ``offset .. offset+seq-1`` must fit the integer dtype they are computed in
+        (int64; int32 under JAX without x64), or they would wrap silently. A Python int is
+        checked always; an integer array when its values can be read now (eagerly, without a
+        device synchronization, except under JAX without x64 where int32 is reachable) and its
+        dtype could overflow at all (an int32 offset never can in int64)."""
+        xp = ctx.xp
+        wide = _delegation.wide_int(xp)
+        limits = xp.iinfo(wide)
+        if isinstance(offset, int):
+            first = last = offset
+        elif xp.isdtype(offset.dtype, "integral"):
+            own = xp.iinfo(offset.dtype)
+            if (own.max + max(seq, 1) - 1 <= limits.max and own.min >= limits.min) or tracing:
+                return
+            if limits.bits == 64 and not _delegation.reads_cheaply(offset, xp=xp):
+                return  # beyond 2**63 - seq: not read back from an accelerator (documented)
+            size = math.prod(int(n) for n in offset.shape)
+            bounds = _delegation.int_bounds(offset, ctx=ctx) if size else None
+            if bounds is None:
+                return
+            first, last = bounds
+        else:
+            return
+        end = last + max(seq, 1) - 1
+        if first < limits.min or end > limits.max:
+            value, reach = (first, first) if first < limits.min else (last, end)
+            raise ValueError(
+                f"{self.name}: offset={value} with {seq} positions reaches position "
+                f"{reach}, beyond what {str(getattr(wide, '__name__', wide)).rsplit('.', 1)[-1]} "
+                f"positions hold ({limits.min} .. {limits.max}); they would wrap. Pass a "
+                f"smaller offset (or positions of a real dtype)")
 
     def _rotation_tables(self, call: _Call) -> tuple[Any, Any]:
         """Half-width ``(cos, sin)`` of dtype ``call.cdt`` for a validated call: rows of the
