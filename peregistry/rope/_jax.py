@@ -56,4 +56,5 @@ def wide_int(xp: Any) -> Any:
     int64 request would silently give int32, with a warning)."""
     import jax
 
-    return xp.int64 if jax.config.read("jax_enable_x64") else xp.int32
+    x64: bool = getattr(jax.config, "jax_enable_x64", False)
+    return xp.int64 if x64 else xp.int32
