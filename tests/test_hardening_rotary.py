@@ -196,3 +196,127 @@ def test_integer_positions_at_the_dtype_limits_are_exact(backend: str, dtype: st
     np.testing.assert_array_equal(got, want)
     one = np.asarray(enc.rotate(xp.asarray(x_np[:1]), xp.asarray([top], dtype=getattr(xp, dtype))))
     np.testing.assert_array_equal(one, want[:1])
+
+
+# -- item 5: concurrent first use on every backend, in fresh processes ----------------------------
+
+#: In a fresh process: 16 threads released together by a barrier each make their first
+#: ``get_encoder``, ``rotate`` (computed, position-table and offset paths), ``cos_sin`` and
+#: ``tables`` call on one backend; every thread must succeed with the same bits.
+_CONCURRENT_FIRST_USE = """
+import sys, threading
+import numpy as np
+backend = sys.argv[1]
+if backend == "torch":
+    import torch as xp
+elif backend == "jax":
+    import jax.numpy as xp
+elif backend == "array_api_strict":
+    import array_api_strict as xp
+else:
+    xp = np
+import peregistry as per
+
+barrier = threading.Barrier(16)
+results, errors = [None] * 16, []
+
+def work(i):
+    try:
+        barrier.wait()
+        enc = per.get_encoder("rotary", dim=16, theta=500000.0)
+        mro = per.get_encoder("mrope", dim=16, sections=(4, 2, 2))
+        x = xp.asarray(np.linspace(-1, 1, 2 * 8 * 16, dtype=np.float32).reshape(2, 8, 16))
+        pos = xp.asarray(np.arange(8, dtype=np.int64))
+        out = [enc.rotate(x), enc.rotate(x, offset=100), enc.rotate(x, pos),
+               enc.cos_sin(pos)[0], enc.tables(pos).rotate(x), mro.rotate(x, offset=3)]
+        results[i] = [np.asarray(o) for o in out]
+    except BaseException as exc:
+        errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not errors, errors
+for r in results[1:]:
+    for a, b in zip(results[0], r):
+        assert a.tobytes() == b.tobytes()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "array_api_strict"])
+def test_concurrent_first_use_in_fresh_processes(backend: str) -> None:
+    import subprocess
+    import sys
+
+    pytest.importorskip({"numpy": "numpy", "torch": "torch", "jax": "jax",
+                         "array_api_strict": "array_api_strict"}[backend])
+    for run in range(5):
+        proc = subprocess.run([sys.executable, "-c", _CONCURRENT_FIRST_USE, backend],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+            f"run {run}: {proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+
+
+# -- item 17: one position table per process for equal encoders ----------------------------------
+
+
+@pytest.fixture
+def fresh_tables() -> Any:
+    from peregistry import rope
+
+    rope.clear_caches()
+    budget = rope.table_cache_bytes()[1]
+    yield rope
+    rope.set_table_cache_bytes(budget)
+    rope.clear_caches()
+
+
+def test_equal_encoders_share_one_position_table(fresh_tables: Any) -> None:
+    rope = fresh_tables
+    layers = [per.get_encoder("rotary", dim=64, theta=500000.0) for _ in range(32)]
+    x = np.random.default_rng(3).standard_normal((1, 4, 1, 64))
+    outs = [enc.rotate(x, offset=700) for enc in layers]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+    used, _ = rope.table_cache_bytes()
+    one = 2 * 1024 * 32 * 8  # cos and sin of 1024 positions, 32 pairs, float64
+    assert used == one, f"{used} bytes for 32 equal encoders, one table is {one}"
+    assert layers[5]._table_cache.positions  # every layer sees the shared table
+    other = per.get_encoder("rotary", dim=64, theta=10000.0)
+    other.rotate(x, offset=700)
+    assert rope.table_cache_bytes()[0] == 2 * one  # unequal encoders: their own table
+
+
+def test_the_shared_tables_have_a_budget_and_can_be_cleared(fresh_tables: Any) -> None:
+    rope = fresh_tables
+    one = 2 * 1024 * 32 * 8
+    rope.set_table_cache_bytes(2 * one)
+    x = np.ones((2, 64))
+    encs = [per.get_encoder("rotary", dim=64, theta=1000.0 + i) for i in range(5)]
+    want = [enc.rotate(x, offset=10) for enc in encs]
+    assert rope.table_cache_bytes() == (2 * one, 2 * one)  # least recently used evicted
+    assert not encs[0]._table_cache.positions and encs[4]._table_cache.positions
+    got = [enc.rotate(x, offset=10) for enc in encs]  # rebuilt: the same bits
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    rope.clear_caches()
+    assert rope.table_cache_bytes()[0] == 0 and not encs[4]._table_cache.positions
+    with pytest.raises(ValueError, match="nbytes"):
+        rope.set_table_cache_bytes(-1)
+
+
+def test_the_budget_comes_from_the_environment() -> None:
+    import subprocess
+    import sys
+
+    code = ("from peregistry import rope; import numpy as np, peregistry as per; "
+            "per.get_encoder('rotary', dim=64).rotate(np.ones((2, 64)), offset=3); "
+            "print(*rope.table_cache_bytes())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60,
+                         env={**__import__("os").environ,
+                              "PEREGISTRY_TABLE_CACHE_BYTES": "1000"}).stdout
+    assert out.split() == ["0", "1000"]

@@ -13,6 +13,16 @@ import peregistry as per
 from peregistry.rope import RotaryEncoder
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_tables() -> Any:
+    """Position tables are shared by equal encoders of the process: start each test without."""
+    from peregistry import rope
+
+    rope.clear_caches()
+    yield
+    rope.clear_caches()
+
+
 def _x(backend: Any, shape: tuple[int, ...], seed: int = 0) -> Any:
     return backend.from_numpy(np.random.default_rng(seed).standard_normal(shape),
                               dtype=backend.float_dtypes()["float32"])

@@ -42,6 +42,7 @@ from ._funcs import (
     rotate_interleaved_layout,
 )
 from ._kernel import kernel_isa, kernel_status
+from ._table_cache import clear_caches, set_table_cache_bytes, table_cache_bytes
 from .encoder import RotaryEncoder
 from .scaled import MultiAxisRotary, ScaledRotary, ScalingState
 
@@ -57,6 +58,7 @@ __all__ = [
     "angles",
     "apply_rotary",
     "apply_rotation",
+    "clear_caches",
     "cos_sin",
     "full_width",
     "half_width",
@@ -67,4 +69,6 @@ __all__ = [
     "rotate_half",
     "rotate_half_layout",
     "rotate_interleaved_layout",
+    "set_table_cache_bytes",
+    "table_cache_bytes",
 ]

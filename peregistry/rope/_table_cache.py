@@ -17,6 +17,10 @@ Which shortcut a class may take is decided once per class (:class:`TableUse`): a
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,20 +64,162 @@ class OffsetKey:
     dtype: Any
 
 
+#: Default total bytes of all position tables of a process (``PEREGISTRY_TABLE_CACHE_BYTES``).
+DEFAULT_SHARED_BYTES = 256 << 20
+
+
+def _budget_from_env() -> int:
+    text = os.environ.get("PEREGISTRY_TABLE_CACHE_BYTES", "").strip()
+    if not text:
+        return DEFAULT_SHARED_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"PEREGISTRY_TABLE_CACHE_BYTES must be a number of bytes >= 0, got "
+                         f"{text!r}") from None
+    if value < 0:
+        raise ValueError(f"PEREGISTRY_TABLE_CACHE_BYTES must be a number of bytes >= 0, got "
+                         f"{text!r}")
+    return value
+
+
+class _Key:
+    """A key of :data:`SHARED` whose hash is computed once (the decode step looks it up on
+    every call)."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, parts: tuple[Any, ...]) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Key) and self.parts == other.parts)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.parts[i]
+
+
+class SharedTables:
+    """The position tables of every rotary encoder of the process, shared by equal encoders
+    (one per layer of a model hash equal and so use one table), least recently used first out
+    beyond a total byte budget. Thread-safe: one lock around each lookup and insertion."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Any, tuple[Tables, int]] = OrderedDict()
+        self._bytes = 0
+        self._budget: int | None = None  # read from the environment on first use
+
+    @property
+    def budget(self) -> int:
+        if self._budget is None:
+            self._budget = _budget_from_env()
+        return self._budget
+
+    def set_budget(self, nbytes: int) -> None:
+        with self._lock:
+            self._budget = int(nbytes)
+            self._evict()
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: Any) -> Tables | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Any, tables: Tables, nbytes: int) -> None:
+        budget = self.budget
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if nbytes > budget:
+                return
+            self._entries[key] = (tables, nbytes)
+            self._bytes += nbytes
+            self._evict()
+
+    def keys_of(self, owner: Any) -> dict[Any, Tables]:
+        """The tables of one encoder identity, by ``(device key, dtype)``."""
+        with self._lock:
+            return {k.parts[1:]: v[0] for k, v in self._entries.items() if k[0] == owner}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def _evict(self) -> None:
+        budget = self.budget if self._budget is None else self._budget
+        while self._bytes > budget and self._entries:
+            _, (_, n) = self._entries.popitem(last=False)
+            self._bytes -= n
+
+
+#: The one cache of position tables of the process.
+SHARED = SharedTables()
+
+
+def clear_caches() -> None:
+    """Drop every shared position table of the process (they are rebuilt on next use)."""
+    SHARED.clear()
+
+
+def set_table_cache_bytes(nbytes: int) -> None:
+    """Set the total bytes all position tables of the process may take (default 256 MiB, or
+    ``PEREGISTRY_TABLE_CACHE_BYTES``); least recently used tables go first. 0 disables them."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"set_table_cache_bytes: nbytes must be an int >= 0, got {nbytes!r}")
+    SHARED.set_budget(nbytes)
+
+
+def table_cache_bytes() -> tuple[int, int]:
+    """``(bytes used, budget)`` of the shared position tables."""
+    return SHARED.nbytes, SHARED.budget
+
+
+def table_identity(enc: RotaryEncoder) -> Any:
+    """What a position table depends on: the class, the encoder's options (equal encoders hash
+    equal) and the class of its scaling type (two registries may resolve a name differently)."""
+    scaled = getattr(enc, "_scaled", None)
+    return (type(enc), enc, type(getattr(scaled, "scaling", None)))
+
+
 @dataclass(slots=True)
 class TableCache:
     """The eager tables of one encoder; never part of its identity. Created with the encoder,
-    so that a trace never sees the cache object itself change."""
+    so that a trace never sees the cache object itself change. The position tables themselves
+    live in :data:`SHARED`, shared with every equal encoder."""
 
-    #: ``(device key, dtype)`` -> half-width ``(cos, sin)`` of positions ``0 .. n-1``.
-    positions: dict[tuple[Any, Any], Tables] = field(default_factory=dict)
     #: the tables of ``positions=None`` at one offset and length.
     offsets: dict[OffsetKey, Tables] = field(default_factory=dict)
+    #: this encoder's key in :data:`SHARED` (set on first use: the options are known then).
+    identity: Any = None
+    #: ``(device key, dtype)`` -> the key of that table in :data:`SHARED`.
+    keys: dict[tuple[Any, Any], _Key] = field(default_factory=dict)
+
+    @property
+    def positions(self) -> dict[tuple[Any, Any], Tables]:
+        """``(device key, dtype)`` -> half-width ``(cos, sin)`` of positions ``0 .. n-1``: this
+        encoder's entries of the shared cache (a copy)."""
+        return {} if self.identity is None else SHARED.keys_of(self.identity)
 
     def keep_offset(self, key: OffsetKey, tables: Tables, *, limit: int) -> None:
         """Keep ``tables`` under ``key``, dropping the oldest entry beyond ``limit``."""
         if len(self.offsets) >= limit:
-            self.offsets.pop(next(iter(self.offsets)))
+            # another thread may be evicting the same entry at once
+            with contextlib.suppress(RuntimeError, StopIteration):
+                self.offsets.pop(next(iter(self.offsets)), None)
         self.offsets[key] = tables
 
 
@@ -97,9 +243,14 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``) for ``enc``, computed
     once per device and dtype; None if they would not fit in ``enc._POSITION_TABLE_BYTES``, or if
     the tables depend on the sequence length (``dynamic``/``longrope`` scalings)."""
-    tables = enc._table_cache.positions
-    key = (device_key(ctx.device), cdt)
-    have = tables.get(key)
+    cache = enc._table_cache
+    local = (device_key(ctx.device), cdt)
+    key = cache.keys.get(local)
+    if key is None:  # one key object per encoder and (device, dtype): hashed once
+        if cache.identity is None:
+            cache.identity = table_identity(enc)
+        key = cache.keys[local] = _Key((cache.identity, *local))
+    have = SHARED.get(key)
     if have is not None and 0 < end <= have[0].shape[-2]:  # the decode step's path
         return have
     if (end <= 0 or enc._seq_len_dependence()[0] != "none"
@@ -121,7 +272,7 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
         cos, sin = enc._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
         table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
     if _delegation.cacheable(table[0], ctx=ctx):  # not inside a trace (JAX stages constants)
-        tables[key] = table
+        SHARED.put(key, table, 2 * n * half * itemsize)
     return table
 
 

@@ -252,6 +252,8 @@ class RotaryEncoder(Encoder):
         checked always; an integer array when its values can be read now (eagerly, without a
         device synchronization, except under JAX without x64 where int32 is reachable) and its
         dtype could overflow at all (an int32 offset never can in int64)."""
+        if isinstance(offset, int) and offset >= -(2**31) and offset + seq <= 2**31 - 1:
+            return  # fits every integer dtype positions are computed in (the decode step)
         xp = ctx.xp
         wide = _delegation.wide_int(xp)
         limits = xp.iinfo(wide)

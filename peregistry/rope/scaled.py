@@ -8,6 +8,7 @@ module, plus an entry point; see ``docs/plugins.md``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -115,7 +116,9 @@ class ScaledRotary(RotaryEncoder):
                     )
             freqs = Frequencies.from_omega(omega)
             if len(state.frequencies) > _MAX_FREQUENCY_ENTRIES:
-                state.frequencies.pop(next(iter(state.frequencies)))
+                # another thread may be evicting the same entry at once
+                with contextlib.suppress(RuntimeError, StopIteration):
+                    state.frequencies.pop(next(iter(state.frequencies)), None)
             state.frequencies[key] = freqs
         return freqs
 
