@@ -3,6 +3,7 @@ recomposition and rotation code, the rotary encoder on text, and the multimodal 
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -187,6 +188,22 @@ def test_cos_sin_does_not_depend_on_what_ran_before() -> None:
         for a, b in zip(got, before, strict=True):
             assert isinstance(a, np.ndarray) and a.dtype == np.float64
             np.testing.assert_array_equal(a, b)
+
+
+def test_torch_rotation_while_another_thread_imports_torch_distributed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing transformers (as the test above does) imports ``torch.distributed.tensor``;
+    a thread rotating meanwhile sees the module half-initialised, without ``DTensor``, and
+    must not fail on it (it raised AttributeError, found while chasing issue 15, item 16)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setitem(sys.modules, "torch.distributed.tensor",
+                        types.ModuleType("torch.distributed.tensor"))
+    enc = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    pos = torch.randint(0, 100, (3, 5))
+    want = reference_rotate(x.numpy(), pos.numpy()[:, None, :], 16, 10000.0, (2, 3, 3), False,
+                            "half")
+    np.testing.assert_allclose(enc.rotate(x, pos).numpy(), want, atol=1e-12, rtol=0)
 
 
 def test_rotation_is_bit_for_bit_hugging_face_given_the_same_tables() -> None:
