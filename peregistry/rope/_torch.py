@@ -339,8 +339,10 @@ def torch_gomp() -> int:
 def _is_dtensor(x: Any) -> bool:
     import sys
 
-    mod = sys.modules.get("torch.distributed.tensor")
-    return mod is not None and isinstance(x, mod.DTensor)
+    # getattr: another thread may be importing the module (transformers does), still without
+    # DTensor, and then no DTensor exists yet.
+    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return cls is not None and isinstance(x, cls)
 
 
 def _rotate_dtensor(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) -> Any:
