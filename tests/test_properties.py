@@ -2,8 +2,10 @@
 kind — absolute (sinusoidal, learned, learned-2d), rotary (rotary, mrope), bias (t5, alibi) and
 relative-embedding (shaw, transformer-xl) — on every selected backend.
 
-Example counts are modest (``max_examples=25``) so the whole tox run stays fast; each property
-is a law or a formula that must hold for *every* draw, not a sample of fixed cases.
+Example counts are modest (``max_examples=25``, 10 when JAX is the only backend selected, as in
+tox's jax env: eager JAX compiles every operation again for each new shape, about 25 ms each, so a
+draw costs a second there) so the whole tox run stays fast; each property is a law or a formula
+that must hold for *every* draw, not a sample of fixed cases.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from peregistry.registry import default_registry
 from peregistry.testing._core import selected_backends
 
 BACKENDS = [b.name for b in selected_backends()]
-SETTINGS = settings(max_examples=25, deadline=None,
+SETTINGS = settings(max_examples=10 if BACKENDS == ["jax"] else 25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 shapes = st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)
