@@ -218,3 +218,22 @@ def test_nan_cannot_reach_integer_encoders(name: str, options: dict[str, Any]) -
         lambda: enc.bias(nan, nan, params=params))
     with pytest.raises(TypeError, match=r"positions must have an integer dtype"):
         call()
+
+
+# -- item 7, for the relative kinds: what construction tabulates is bounded ----------------------
+@pytest.mark.parametrize(("name", "options", "option"), [
+    ("alibi", {"num_heads": 2**40}, "num_heads"),  # one slope per head, computed at construction
+    ("t5", {"num_heads": 8, "max_distance": 2**23}, "max_distance"),  # a bucket per distance
+])
+def test_sizes_tabulated_at_construction_are_bounded(name: str, options: dict[str, Any],
+                                                     option: str) -> None:
+    value = options[option]
+    with pytest.raises(ValueError, match=rf"{name}: option '{option}' must be an integer in "
+                                         rf"1\.\.65536, got {value}"):
+        per.get_encoder(name, **options)
+
+
+def test_the_largest_tabulated_sizes_are_accepted() -> None:
+    assert len(per.get_encoder("alibi", num_heads=2**16).slopes) == 2**16
+    t5 = per.get_encoder("t5", num_heads=1, max_distance=2**16)
+    assert t5.max_distance == 2**16

@@ -101,7 +101,9 @@ class T5Bias(LearnedParams, BiasEncoder):
                        doc="attention heads (columns of the table)", example=8)
     num_buckets = Option(int, 32, allowed="an integer >= 2 (>= 4 if bidirectional)",
                          check=lambda n: n >= 2, doc="relative_attention_num_buckets")
-    max_distance = Option(int, 128, allowed="a positive integer", check=lambda n: n > 0,
+    # The bucket of every distance up to max_distance is tabulated at construction.
+    max_distance = Option(int, 128, allowed=f"an integer in 1..{MAX_DIM}",
+                          check=lambda n: 0 < n <= MAX_DIM,
                           doc="relative_attention_max_distance: distances beyond share a bucket")
     bidirectional = Option(bool, True, doc="True: encoder (both directions); False: causal "
                                            "decoder (future keys share bucket 0)")
@@ -199,7 +201,9 @@ class ALiBi(BiasEncoder):
     properties = frozenset({"relative", "alibi-slopes"})
     __slots__ = ()
 
-    num_heads = Option(int, allowed="a positive integer", check=lambda n: n > 0,
+    # The slopes are computed at construction, one per head.
+    num_heads = Option(int, allowed=f"an integer in 1..{MAX_DIM}",
+                       check=lambda n: 0 < n <= MAX_DIM,
                        doc="attention heads; slopes follow the paper's rule", example=8)
 
     @property
