@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import Option, freeze, thaw
@@ -66,7 +67,9 @@ class Encoder:
     ``summary``
         one line for ``peregistry list`` (defaults to the first line of the docstring).
     ``properties``
-        the laws it obeys, which select conformance checks (e.g. ``"shift-linear"``).
+        the laws it obeys beyond its kind's (e.g. ``"alibi-slopes"``).
+    ``exempt_checks``
+        ``{check name: reason}``: laws of its kind it legitimately breaks (docs/conformance.md).
     ``continuous``
         True if real-valued positions are meaningful.
 
@@ -82,6 +85,7 @@ class Encoder:
     family: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     properties: ClassVar[frozenset[str]] = frozenset()
+    exempt_checks: ClassVar[Mapping[str, str]] = MappingProxyType({})
     continuous: ClassVar[bool] = False
     _option_specs: ClassVar[dict[str, Option]] = {}
 

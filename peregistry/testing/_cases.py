@@ -1,6 +1,7 @@
 """Which cases apply: every encoder × selected backend × check whose kinds and required
 capabilities match, and the pytest mark that makes one test of each (ids
-``<encoder>-<backend>-<check>``, declared expected failures as strict ``xfail``)."""
+``<encoder>-<backend>-<check>``, declared expected failures as strict ``xfail``, an encoder's
+exemptions from a law of its kind as non-strict ``xfail`` that says so)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def cases_for(
     names = [e.name for e in encs]
     for enc in encs:
         label = enc.name if names.count(enc.name) == 1 else _label(enc)
+        exempt = exemptions(enc, all_checks)
         for backend in chosen:
             caps = capabilities(enc, backend)
             for chk in all_checks.values():
@@ -68,8 +70,25 @@ def cases_for(
                 if not chk.requires <= caps:
                     continue
                 reason = expected.get(f"{backend.name}:{chk.name}", expected.get(chk.name))
-                out.append(Case(enc, backend, chk, reason, label))
+                out.append(Case(enc, backend, chk, expected_failure=reason,
+                                exempt=exempt.get(chk.name), label=label))
     return out
+
+
+def exemptions(enc: Encoder, known: Mapping[str, Any]) -> dict[str, str]:
+    """The encoder's ``exempt_checks``, validated: known check names, each with a reason."""
+    declared = enc.exempt_checks
+    if not isinstance(declared, Mapping):
+        raise TypeError(f"{enc.name}: exempt_checks must be a mapping of check name to reason, "
+                        f"got {type(declared).__name__}")
+    for key, reason in declared.items():
+        if key not in known:
+            raise ValueError(f"{enc.name}: exempt_checks names unknown check {key!r}; known: "
+                             f"{', '.join(known)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"{enc.name}: exempt_checks[{key!r}] needs a reason (a non-empty "
+                             f"string saying why the law does not hold), got {reason!r}")
+    return dict(declared)
 
 
 def _label(enc: Encoder) -> str:
@@ -99,5 +118,7 @@ def parametrize_with_checks(
         if case.expected_failure is not None:
             marks.append(pytest.mark.xfail(reason=case.expected_failure, strict=True,
                                            raises=CheckFailure))
+        elif case.exempt is not None:
+            marks.append(pytest.mark.xfail(reason=f"exempt: {case.exempt}", strict=False))
         params.append(pytest.param(case, id=case.id, marks=marks))
     return pytest.mark.parametrize("case", params)

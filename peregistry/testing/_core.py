@@ -91,8 +91,24 @@ def all_checks() -> dict[str, CheckSpec]:
     return dict(_CHECKS)
 
 
+#: The laws every encoder of a kind is held to by default (a law it legitimately breaks is
+#: declared in its ``exempt_checks``); other properties (``alibi-slopes``,
+#: ``causal-future-alike``, ``multi-axis``) name a model's convention and are declared.
+KIND_LAWS: Mapping[str, frozenset[str]] = {
+    "bias": frozenset({"relative"}),
+    "relative-embedding": frozenset({"relative"}),
+}
+#: Continuous absolute encoders: a sinusoid's laws (Vaswani et al. 2017, section 3.5).
+CONTINUOUS_ABSOLUTE_LAWS = frozenset({"shift-linear", "shift-invariant-dot"})
+
+
 def capabilities(encoder: Encoder, backend: Backend) -> frozenset[str]:
     caps = set(encoder.properties)  # read from the instance: may depend on the options
+    caps |= KIND_LAWS.get(encoder.kind, frozenset())
+    if encoder.kind == "absolute" and encoder.continuous and _scalar_positions(encoder):
+        caps |= CONTINUOUS_ABSOLUTE_LAWS
+    if encoder.kind == "rotary" and "layout" in type(encoder)._option_specs:
+        caps.add("rope-layouts")
     if encoder.continuous:
         caps.add("continuous")
     if encoder.learned:
@@ -102,6 +118,15 @@ def capabilities(encoder: Encoder, backend: Backend) -> frozenset[str]:
     if backend.grad(lambda p: None) is not None:
         caps.add("grad")
     return frozenset(caps)
+
+
+def _scalar_positions(encoder: Encoder) -> bool:
+    """True if a position is one number (not a ``(row, col)`` pair on a last axis, whose shift
+    laws a 2-D encoder declares in its ``properties``)."""
+    import numpy as np
+
+    probe = encoder.example_positions(np.random.default_rng(0), (3,))
+    return tuple(np.shape(probe)) == (3,)
 
 
 # -- backend selection ----------------------------------------------------------------------------
@@ -140,6 +165,8 @@ class Case:
     backend: Backend
     spec: CheckSpec
     expected_failure: str | None = None
+    #: The encoder's reason for breaking this law (its ``exempt_checks``), or None.
+    exempt: str | None = None
     #: How the encoder is named in ids: its name, plus its options when the same name is
     #: checked with several option sets (``sinusoidal(dim=64,layout=split)``).
     label: str = ""
