@@ -108,6 +108,10 @@ class Learned(_LearnedBase):
         return np.asarray(rng.integers(0, self._values["num_positions"], size=shape),
                           dtype=np.int64)
 
+    def position_range(self) -> tuple[int, int]:
+        """Valid positions ``0 <= p < num_positions``: the table has no other rows."""
+        return 0, int(self._values["num_positions"])
+
     def sequence_positions(self, n: int) -> Any:
         """At most ``num_positions``: the table has no rows beyond."""
         return super().sequence_positions(min(n, int(self._values["num_positions"])))

@@ -109,6 +109,12 @@ def capabilities(encoder: Encoder, backend: Backend) -> frozenset[str]:
         caps |= CONTINUOUS_ABSOLUTE_LAWS
     if encoder.kind == "rotary" and "layout" in type(encoder)._option_specs:
         caps.add("rope-layouts")
+    bounds = getattr(encoder, "position_range", None)
+    if bounds is not None and bounds() is not None:
+        caps.add("bounded")
+    elif encoder.kind in ("bias", "relative-embedding") or (
+            encoder.kind == "absolute" and not encoder.learned and _scalar_positions(encoder)):
+        caps.add("far-range")
     if encoder.continuous:
         caps.add("continuous")
     if encoder.learned:

@@ -85,7 +85,22 @@ def invoke(
     if params is None and enc.learned:
         # dtype=None: params of the default float dtype, which learned encoders then return
         params = case_params(case, enc, dtype or _default_name(case, device), device)
-    return DRIVERS[enc.kind][1](enc, arrays, params, dt)
+    out = DRIVERS[enc.kind][1](enc, arrays, params, dt)
+    _check_namespace(case, out)
+    return out
+
+
+def _check_namespace(case: Case, out: Any) -> None:
+    """The output's framework is the input's: checked before any value, so that a NumPy array
+    returned for torch input is reported as such, not as whatever its values break."""
+    from ..registry import default_registry
+    from ._core import CheckFailure
+
+    owner = default_registry.backend_of(out)
+    if owner is None or owner.name != case.backend.name:
+        got = owner.name if owner is not None else f"{type(out).__module__}.{type(out).__name__}"
+        raise CheckFailure(f"output is a {got} array, but should be {case.backend.name} (the "
+                           f"input's framework)")
 
 
 def case_params(case: Case, enc: Encoder, dtype: str | None, device: Any) -> Any:

@@ -23,8 +23,10 @@ from .checks_generic import (
     check_real_positions,
     check_shapes,
 )
+from .checks_init import check_init_placement, check_init_seed
 from .checks_learned import check_bad_params_named, check_gradients, check_params_fresh
 from .checks_mrope import check_mrope_equals_rotary_on_equal_axes, check_mrope_relative_per_axis
+from .checks_probes import check_far_range, check_fresh_positions, check_out_of_range_raises
 from .checks_relative import check_alibi_slopes, check_causal_future_alike, check_relative_toeplitz
 from .checks_rotary import (
     check_rotary_jit_traces_once,
@@ -44,13 +46,18 @@ __all__ = [
     "check_deterministic",
     "check_device_preserved",
     "check_dtype_preserved",
+    "check_far_range",
+    "check_fresh_positions",
     "check_gradients",
+    "check_init_placement",
+    "check_init_seed",
     "check_inputs_not_mutated",
     "check_jit",
     "check_matches_float64_numpy",
     "check_mrope_equals_rotary_on_equal_axes",
     "check_mrope_relative_per_axis",
     "check_namespace_preserved",
+    "check_out_of_range_raises",
     "check_params_fresh",
     "check_real_positions",
     "check_relative_toeplitz",
@@ -69,9 +76,9 @@ __all__ = [
 ]
 
 
-#: The order checks run in (and report rows and pytest ids follow): generic checks first, then
-#: the laws of each kind, then learned parameters, then rotary and M-RoPE.
-_GROUPS = ("generic", "absolute", "relative", "learned", "rotary", "mrope")
+#: The order checks run in (and report rows and pytest ids follow): generic checks and probes
+#: first, then the laws of each kind, then learned parameters, then rotary and M-RoPE.
+_GROUPS = ("generic", "probes", "absolute", "relative", "learned", "init", "rotary", "mrope")
 
 
 def _rank(spec: CheckSpec) -> int:

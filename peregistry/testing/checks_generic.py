@@ -138,8 +138,12 @@ def check_jit(case: Case) -> None:
     got_np = case.to_numpy(got)
     tol = case.tolerance(name, steps=64, scale=max(1.0, float(abs(want).max())))
     if got_np.shape != want.shape or _max_err(got_np, want) > tol:
-        raise CheckFailure(f"jit result differs from eager by {_max_err(got_np, want):.3g}, but "
-                           f"should be <= {tol:.3g}")
+        pos = {k: v.ravel()[:6].tolist() for k, v in probe.args.items()
+               if k not in probe.float_args}
+        raise CheckFailure(f"jit result differs from eager at the same positions {pos} by "
+                           f"{_max_err(got_np, want):.3g}, but should be <= {tol:.3g} (values "
+                           f"kept from an earlier call or from tracing: see "
+                           f"check_fresh_positions)")
 
 
 @check(requires={"continuous"})

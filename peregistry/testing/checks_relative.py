@@ -47,22 +47,29 @@ def check_relative_toeplitz(case: Case) -> None:
 
     qa, ka = _qk_axes(case)
     name = _wide(case)
-    q = 200 + np.arange(6)
-    k = 190 + np.arange(9)
-    base = _pair(case, q, k)
-    scale = max(1.0, float(np.max(np.abs(base))))
-    tol = case.tolerance(name, steps=64, scale=scale)
-    for s in (1, 37, 700):
-        shifted = _pair(case, q + s, k + s)
-        if _err(shifted, base) > tol:
-            raise CheckFailure(f"output(q+{s}, k+{s}) differs from output(q, k) by "
-                               f"{_err(shifted, base):.3g}, but should be equal (<= {tol:.3g}): "
-                               f"the encoder does not depend on k - q alone")
-    m = np.moveaxis(base, (qa, ka), (0, 1))
-    diag = _err(m[1:, 1:], m[:-1, :-1])
-    if diag > tol:
-        raise CheckFailure(f"output[i+1, j+1] - output[i, j] = {diag:.3g} for consecutive q and "
-                           f"k, but should be 0 (<= {tol:.3g}; Toeplitz in (q, k))")
+    start = int(case.rng.integers(800, 5000))
+    # (first query, first key, shifts): from the origin, from a random start with negative
+    # shifts down to 0 and positive ones, so that clipping positions before subtracting shows.
+    probes = ((200, 190, (1, 37, 700, -37, -190)), (0, 0, (1, 37, 700)), (0, 3, (5, 700)),
+              (start, start - 4, (-(start - 4), -1, 1, 999)))
+    for q0, k0, shifts in probes:
+        q, k = q0 + np.arange(6), k0 + np.arange(9)
+        base = _pair(case, q, k)
+        scale = max(1.0, float(np.max(np.abs(base))))
+        tol = case.tolerance(name, steps=64, scale=scale)
+        for s in shifts:
+            shifted = _pair(case, q + s, k + s)
+            if _err(shifted, base) > tol:
+                raise CheckFailure(
+                    f"output(q+{s}, k+{s}) differs from output(q, k) by {_err(shifted, base):.3g}"
+                    f" for q = {q0}..{q0 + 5}, k = {k0}..{k0 + 8}, but should be equal (<= "
+                    f"{tol:.3g}): the encoder does not depend on k - q alone")
+        m = np.moveaxis(base, (qa, ka), (0, 1))
+        diag = _err(m[1:, 1:], m[:-1, :-1])
+        if diag > tol:
+            raise CheckFailure(f"output[i+1, j+1] - output[i, j] = {diag:.3g} for q = "
+                               f"{q0}..{q0 + 5}, k = {k0}..{k0 + 8}, but should be 0 (<= "
+                               f"{tol:.3g}; Toeplitz in (q, k))")
 
 
 @check(kinds={"bias", "relative-embedding"}, requires={"causal-future-alike"})

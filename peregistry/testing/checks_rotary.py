@@ -98,7 +98,8 @@ def check_rotary_relative(case: Case) -> None:
     shifts = case.rng.integers(0, 3000, size=16)
     scale = float(np.linalg.norm(q) * np.linalg.norm(k))
     for delta in (0, 1, 7, -40, 513):
-        m = shifts + max(delta, 0) + 50
+        # one pair at the origin (min(m, n) = 0), where clipping or offset bugs show first
+        m = np.concatenate([shifts + max(delta, 0) + 50, [max(delta, 0)]])
         n = m - delta
         # q and k in one call, so they share one sequence length (dynamic scalings)
         both = _rotate(case, np.concatenate([np.tile(q, (m.size, 1)), np.tile(k, (n.size, 1))]),
