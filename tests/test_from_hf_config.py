@@ -23,13 +23,13 @@ from peregistry.hf_config import (
 )
 from tests.conftest import BACKENDS
 
-LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+LLAMA: dict[str, Any] = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
          "max_position_embeddings": 256}
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+LLAMA3: dict[str, Any] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
 
 
-def enc(config: dict[str, Any], **kw: Any) -> per.Encoder:
+def enc(config: dict[str, Any], **kw: Any) -> Any:
     return per.from_hf_config(config, **kw)
 
 
@@ -47,7 +47,7 @@ def test_defaults_head_dim_and_theta() -> None:
 
 
 def test_v4_and_v5_equivalents_give_equal_encoders() -> None:
-    pairs = [
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = [
         ({"rope_theta": 5e5, "rope_scaling": {"type": "llama3", **LLAMA3}},
          {"rope_parameters": {"rope_theta": 5e5, **LLAMA3}}),
         ({"rope_theta": 1e6, "rope_scaling": {"type": "linear", "factor": 2.0}},
@@ -107,7 +107,7 @@ def test_interleaved_families(model_type: str) -> None:
 
 
 def test_mrope_sections_and_interleaving() -> None:
-    old = {"model_type": "qwen2_vl", "hidden_size": 128, "num_attention_heads": 4,
+    old: dict[str, Any] = {"model_type": "qwen2_vl", "hidden_size": 128, "num_attention_heads": 4,
            "rope_theta": 1e6, "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}}
     new = {"model_type": "qwen2_vl", "text_config": {
         "model_type": "qwen2_vl_text", "hidden_size": 128, "num_attention_heads": 4,
@@ -130,7 +130,7 @@ def test_mrope_sections_and_interleaving() -> None:
 
 
 # -- layer types and NoPE ---------------------------------------------------------------------
-GEMMA3 = {"model_type": "gemma3_text", "head_dim": 8, "max_position_embeddings": 64,
+GEMMA3: dict[str, Any] = {"model_type": "gemma3_text", "head_dim": 8, "max_position_embeddings": 64,
           "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
           "rope_parameters": {
               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
@@ -360,7 +360,7 @@ def test_matches_transformers(case: tuple[str, str, dict[str, Any], str]) -> Non
     _, cls_name, kwargs, kind = case
     cfg = getattr(transformers, cls_name)(**kwargs)
     layer = kind.partition(":")[2] or None
-    e = per.from_hf_config(cfg, layer_type=layer)
+    e: Any = per.from_hf_config(cfg, layer_type=layer)
     assert per.from_hf_config(json.loads(cfg.to_json_string()), layer_type=layer) == e
     dim = cfg.to_dict().get("qk_rope_head_dim") or e.options["dim"]
     seq = 40  # past every original_max_position_embeddings above: long/dynamic paths run
@@ -383,7 +383,7 @@ def test_matches_transformers(case: tuple[str, str, dict[str, Any], str]) -> Non
     assert err <= tol, f"{case[0]}: max |ours - transformers| = {err:.3g} > {tol:.3g}; {e!r}"
     # the control: the other pair layout is far off, so the comparison sees the layout
     flip = "half" if e.options["layout"] == "interleaved" else "interleaved"
-    other = per.get_encoder(e.name, **{**e.options, "layout": flip})
+    other: Any = per.get_encoder(e.name, **{**e.options, "layout": flip})
     wrong = other.rotate(q, ids[:, :, None, :] if kind == "mrope" else ids[0])
     if kind == "deepseek":
         wrong = torch.cat([wrong[..., 0::2], wrong[..., 1::2]], dim=-1)
@@ -397,7 +397,7 @@ def test_bloom_alibi_slopes_match_transformers(heads: int) -> None:
     import torch
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
-    e = per.from_hf_config(transformers.BloomConfig(n_head=heads, hidden_size=8 * heads))
+    e: Any = per.from_hf_config(transformers.BloomConfig(n_head=heads, hidden_size=8 * heads))
     theirs = build_alibi_tensor(torch.ones(1, 2), heads, torch.float64)[:, 0, 1]  # slope · 1
     np.testing.assert_allclose(np.asarray(e.slopes, dtype=np.float64), theirs.numpy(),
-                               rtol=4 * np.finfo(np.float32).eps)
+                               rtol=4 * float(np.finfo(np.float32).eps))

@@ -58,8 +58,9 @@ def _as_dict(config: Any) -> tuple[dict[str, Any], float | None]:
 def _text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     """The text config of a composite (vision-language, omni) config, else the config."""
     thinker = raw.get("thinker_config")
-    if isinstance(thinker, Mapping) and isinstance(thinker.get("text_config"), Mapping):
-        return thinker["text_config"]
+    text = thinker.get("text_config") if isinstance(thinker, Mapping) else None
+    if isinstance(text, Mapping):
+        return text
     text = raw.get("text_config")
     if isinstance(text, Mapping) and text:
         return text

@@ -83,16 +83,22 @@ _TABLE: dict[str, dict[str, Any]] = {
 MODEL_CONVENTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(_TABLE)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "layout": lambda v: v in ("half", "interleaved"),
+    "layout_flag": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str),
+    "mrope_interleaved": lambda v: isinstance(v, bool),
+    "theta": lambda v: _is_number(v) and v > 0,
+    "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
+    "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
+}
+
+
 def _check(model_type: str, key: str, value: Any) -> None:
-    ok = {
-        "layout": lambda v: v in ("half", "interleaved"),
-        "layout_flag": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str),
-        "mrope_interleaved": lambda v: isinstance(v, bool),
-        "theta": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-        "partial_rotary_factor": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
-        "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
-    }[key]
-    if not ok(value):
+    if not _CHECKS[key](value):
         raise ValueError(f"register_model_conventions({model_type!r}): {key}={value!r}; "
                          f"expected {_KEYS[key]}")
 

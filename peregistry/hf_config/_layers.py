@@ -65,8 +65,10 @@ def _describe(types: dict[str, Any], layer_types: list[str], nope: set[int]) -> 
         if params is None or (idx and all(i in nope for i in idx)):
             parts.append(f"{t!r} (no positional encoding)")
         else:
-            parts.append(f"{t!r} (rope_theta={params.get('rope_theta')!r}, rope_type="
-                         f"{params.get('rope_type') or params.get('type') or 'default'!r})")
+            kind = params.get("rope_type") or params.get("type") or "default"
+            theta = params.get("rope_theta")
+            parts.append(f"{t!r} (RoPE, rope_type={kind!r}"
+                         + (f", rope_theta={theta!r})" if theta is not None else ")"))
     return ", ".join(parts)
 
 
