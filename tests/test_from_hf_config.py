@@ -123,6 +123,8 @@ def test_mrope_sections_and_interleaving() -> None:
     flagged = {**old, "rope_scaling": {**old["rope_scaling"], "mrope_interleaved": True,
                                        "mrope_section": [6, 5, 5]}}
     assert opts(flagged)["interleaved"] is True
+    bare = {"model_type": "qwen3_vl_text", "head_dim": 128, "rope_theta": 5e6}
+    assert opts(bare)["sections"] == (24, 20, 20)  # the rotary module's default
     omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": new["text_config"]}}
     assert enc(omni) == e
     with pytest.raises(ConfigError, match="partial rotary"):
@@ -176,6 +178,8 @@ def test_nope_layers() -> None:
     assert enc(smol, layer_type=2).name == "rotary"
     with pytest.raises(NoPositionalEncodingError):
         enc(smol, layer_type=7)
+    with pytest.raises(NoPositionalEncodingError, match="every layer.*use_rope is false"):
+        enc({**LLAMA, "use_rope": False})
     nested_none = {**GEMMA3, "rope_parameters": {**GEMMA3["rope_parameters"],
                                                  "full_attention": None}}
     with pytest.raises(NoPositionalEncodingError, match="entry is None"):

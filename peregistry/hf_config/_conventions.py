@@ -10,6 +10,7 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   (DeepSeek-V3's ``rope_interleave``, default True);
 * ``mrope_interleaved=True``: M-RoPE cycles the axes over the pairs (Qwen3-VL
   ``recomposition_frequencies``) without ``mrope_interleaved`` in the config;
+* ``mrope_section``: the sections the rotary module assumes when the config has none;
 * ``theta``: the config class's ``default_theta`` (used only when a config has no theta);
 * ``partial_rotary_factor``: the config class's default when the config has none;
 * ``encoding``: ``"rotary"`` (the default), ``"alibi"``, ``"t5"``, or a function of the text
@@ -29,6 +30,7 @@ _KEYS: dict[str, str] = {
     "layout": "'half' or 'interleaved'",
     "layout_flag": "a (config key, default) pair",
     "mrope_interleaved": "a bool",
+    "mrope_section": "a list of pair counts (the model's default when its config has none)",
     "theta": "a number > 0",
     "partial_rotary_factor": "a number in (0, 1]",
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
@@ -47,7 +49,7 @@ _TABLE: dict[str, dict[str, Any]] = {
     # interleaved pairs, verified in transformers 5.23's modeling code
     "gptj": _INTERLEAVED, "codegen": _INTERLEAVED,          # rotate_every_two
     "cohere": {**_INTERLEAVED, "theta": 500000.0},          # rotate_half on x[..., ::2]
-    "cohere2": {**_INTERLEAVED, "theta": 500000.0},
+    "cohere2": _INTERLEAVED,
     "cohere2_moe": _INTERLEAVED,
     "glm": {**_INTERLEAVED, "partial_rotary_factor": 0.5},  # x[..., 0::2] / x[..., 1::2]
     "glm4": {**_INTERLEAVED, "partial_rotary_factor": 0.5},
@@ -62,16 +64,15 @@ _TABLE: dict[str, dict[str, Any]] = {
     "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
     "mistral4": {"layout_flag": ("rope_interleave", True)},
     # M-RoPE interleaved without saying so
-    "qwen3_vl": {"mrope_interleaved": True, "theta": 500000.0},
-    "qwen3_vl_text": {"mrope_interleaved": True, "theta": 500000.0},
-    "qwen3_vl_moe": {"mrope_interleaved": True, "theta": 500000.0},
-    "qwen3_vl_moe_text": {"mrope_interleaved": True, "theta": 500000.0},
+    **{t: {"mrope_interleaved": True, "theta": 500000.0, "mrope_section": (24, 20, 20)}
+       for t in ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text")},
     # half-layout rotary families (listed so a config without any rope key still counts)
     "llama": {}, "mistral": {}, "mixtral": {"theta": 1000000.0}, "qwen2": {}, "qwen3": {},
     "qwen2_moe": {}, "qwen3_moe": {}, "gemma": {}, "gemma2": {}, "gemma3_text": {},
     "phi": {"partial_rotary_factor": 0.5}, "phi3": {}, "gpt_neox": {"partial_rotary_factor": 0.25},
     "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
-    "qwen2_vl": {"theta": 1000000.0}, "qwen2_5_vl": {"theta": 1000000.0}, "smollm3": {},
+    **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
+       for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")}, "smollm3": {},
     "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
     # other positional encodings
     "bloom": {"encoding": "alibi"}, "baichuan": {"encoding": _baichuan},
@@ -91,6 +92,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "layout": lambda v: v in ("half", "interleaved"),
     "layout_flag": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str),
     "mrope_interleaved": lambda v: isinstance(v, bool),
+    "mrope_section": lambda v: isinstance(v, (list, tuple)) and all(
+        isinstance(x, int) and x >= 0 for x in v),
     "theta": lambda v: _is_number(v) and v > 0,
     "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),

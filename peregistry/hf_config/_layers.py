@@ -49,8 +49,6 @@ def _flat(text: Mapping[str, Any]) -> dict[str, Any]:
 def _nope_layers(text: Mapping[str, Any], count: int | None) -> set[int]:
     """Indices of the layers without RoPE. ``no_rope_layers`` is a mask (1: RoPE, 0: NoPE) as
     Llama 4 and SmolLM3 define it; absent, it follows ``no_rope_layer_interval`` as they do."""
-    if text.get("use_rope") is False:
-        return set(range(count or 1))
     mask = text.get("no_rope_layers")
     interval = text.get("no_rope_layer_interval")
     if not mask and interval and count:
@@ -81,6 +79,8 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
                where: str) -> dict[str, Any]:
     """The flat RoPE settings of ``layer_type`` (a layer type name, a layer index, or None for
     a model whose layers all agree)."""
+    if text.get("use_rope") is False:
+        raise _nope(where, "every layer", "use_rope is false")
     layer_types = [str(t) for t in text.get("layer_types") or ()]
     count = len(layer_types) or text.get("num_hidden_layers")
     nope = _nope_layers(text, count)

@@ -121,7 +121,7 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
         kind = "default"
     scaling = _scaling(str(kind), rope, config, where, registered)
     layout = _layout(config, model_type)
-    sections = rope.get("mrope_section")
+    sections = rope.get("mrope_section") or conventions_of(model_type).get("mrope_section")
     if sections is None:
         return "rotary", {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
                           "rotary_dim": None if rotary_dim == dim else rotary_dim}
