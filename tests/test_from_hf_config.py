@@ -224,6 +224,14 @@ def test_unknown_rope_type_names_it_model_type_and_registered_types() -> None:
     assert "'proportional'" in text and "'llama'" in text and "llama3, longrope, yarn" in text
 
 
+def test_unsupported_families_say_so() -> None:
+    qwen35 = {"model_type": "qwen3_5", "text_config": {
+        "model_type": "qwen3_5_text", "head_dim": 16, "rope_parameters": {
+            "rope_theta": 1e7, "mrope_section": [3, 3, 2], "partial_rotary_factor": 0.25}}}
+    with pytest.raises(ConfigError, match="'qwen3_5_text'.*not supported: its M-RoPE variant"):
+        enc(qwen35)
+
+
 def test_missing_keys_are_named() -> None:
     with pytest.raises(ConfigError, match="'mistral'.*no 'head_dim' and no 'hidden_size'"):
         enc({"model_type": "mistral", "num_attention_heads": 4})
@@ -405,3 +413,22 @@ def test_bloom_alibi_slopes_match_transformers(heads: int) -> None:
     theirs = build_alibi_tensor(torch.ones(1, 2), heads, torch.float64)[:, 0, 1]  # slope · 1
     np.testing.assert_allclose(np.asarray(e.slopes, dtype=np.float64), theirs.numpy(),
                                rtol=4 * float(np.finfo(np.float32).eps))
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="compared with transformers in the torch env")
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_t5_buckets_match_transformers(stack: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    cfg = transformers.T5Config(num_heads=2, d_model=16, d_kv=8, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=20)
+    e: Any = per.from_hf_config(cfg, layer_type=stack)
+    table = np.repeat(np.arange(8, dtype=np.float64)[:, None], 2, axis=1)  # bias = bucket
+    pos = np.arange(48)
+    ours = e.bias(pos, pos, params={"table": table})[0]
+    rel = torch.arange(48)[None, :] - torch.arange(48)[:, None]  # k - q, as T5Attention
+    bucket: Any = T5Attention._relative_position_bucket
+    theirs = bucket(rel, bidirectional=stack == "encoder", num_buckets=8, max_distance=20)
+    np.testing.assert_array_equal(ours, theirs.numpy())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._conventions import (
     MODEL_CONVENTIONS,
+    conventions_of,
     encoding_of,
     register_model_conventions,
     unregister_model_conventions,
@@ -134,6 +135,10 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     text = _text_config(raw)
     model_type = str(text.get("model_type") or raw.get("model_type") or "unknown")
     where = f"from_hf_config (model type {model_type!r})"
+    reason = conventions_of(model_type).get("unsupported")
+    if reason:
+        raise ConfigError(f"{where}: not supported: {reason} (see "
+                          f"peregistry.hf_config.MODEL_CONVENTIONS)")
     encoding = _encoding(text, model_type, where)
     if encoding == "t5":
         return default_registry.get_encoder("t5", **_t5(text, layer_type, where))

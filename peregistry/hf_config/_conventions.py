@@ -14,7 +14,9 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 * ``theta``: the config class's ``default_theta`` (used only when a config has no theta);
 * ``partial_rotary_factor``: the config class's default when the config has none;
 * ``encoding``: ``"rotary"`` (the default), ``"alibi"``, ``"t5"``, or a function of the text
-  config dict returning one of them (Baichuan: ALiBi for the 13B models only).
+  config dict returning one of them (Baichuan: ALiBi for the 13B models only);
+* ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
+  a rotary encoder that looks right (GLM-4V, Qwen3.5, Ernie-4.5-VL, HunYuan-VL M-RoPE).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ _KEYS: dict[str, str] = {
     "theta": "a number > 0",
     "partial_rotary_factor": "a number in (0, 1]",
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
+    "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
 }
 
 
@@ -72,8 +75,19 @@ _TABLE: dict[str, dict[str, Any]] = {
     "phi": {"partial_rotary_factor": 0.5}, "phi3": {}, "gpt_neox": {"partial_rotary_factor": 0.25},
     "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
     **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
-       for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")}, "smollm3": {},
+       for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text",
+                 "qwen2_5_omni_text", "qwen2_5_omni_thinker")}, "smollm3": {},
     "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
+    # M-RoPE variants peregistry does not have yet (partial rotary, interleaved pairs, own axis
+    # maps), or whose conventions were not checked against the model's code
+    **{t: {"unsupported": "its M-RoPE variant (partial rotary, interleaved pairs or its own "
+                          "axis map) is not among peregistry's encoders yet"}
+       for base in ("glm4v", "glm4v_moe", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "qwen3_5",
+                    "qwen3_5_moe", "qwen4_exp", "hunyuan_vl")
+       for t in (base, f"{base}_text")},
+    **{t: {"unsupported": "its M-RoPE conventions are not checked against its code yet"}
+       for base in ("cohere_compass", "cosmos3_edge", "paddleocr_vl", "qwen3_omni_moe")
+       for t in (base, f"{base}_text")},
     # other positional encodings
     "bloom": {"encoding": "alibi"}, "baichuan": {"encoding": _baichuan},
     "t5": {"encoding": "t5"}, "mt5": {"encoding": "t5"}, "umt5": {"encoding": "t5"},
@@ -97,6 +111,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "theta": lambda v: _is_number(v) and v > 0,
     "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
+    "unsupported": lambda v: isinstance(v, str) and bool(v),
 }
 
 
