@@ -82,12 +82,14 @@ def test_derived_scaling_defaults() -> None:
     yarn = opts({**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 2.0}})
     assert yarn["scaling"]["original_max_position_embeddings"] == 256
     short = [1.0] * 8
-    phi3 = {"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4,
+    phi3: dict[str, Any] = {"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4,
             "max_position_embeddings": 1024, "original_max_position_embeddings": 128,
             "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": short,
                              "original_max_position_embeddings": 999}}
     lr = opts(phi3)["scaling"]
     assert (lr["original_max_position_embeddings"], lr["factor"]) == (128, 8.0)
+    su = {**phi3, "rope_scaling": {**phi3["rope_scaling"], "type": "su"}}  # Phi-3's old name
+    assert enc(su) == enc(phi3)
 
 
 def test_deepseek_head_dim_and_layout_flag() -> None:

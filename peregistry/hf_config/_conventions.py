@@ -15,6 +15,8 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 * ``partial_rotary_factor``: the config class's default when the config has none;
 * ``encoding``: ``"rotary"`` (the default), ``"alibi"``, ``"t5"``, or a function of the text
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
+* ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
+  (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
   a rotary encoder that looks right (GLM-4V, Qwen3.5, Ernie-4.5-VL, HunYuan-VL M-RoPE).
 """
@@ -37,6 +39,7 @@ _KEYS: dict[str, str] = {
     "partial_rotary_factor": "a number in (0, 1]",
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
     "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
+    "rope_type_aliases": "a dict {config's rope_type: the type it means}",
 }
 
 
@@ -48,7 +51,11 @@ def _baichuan(config: Mapping[str, Any]) -> str:
 
 _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
 
+# Phi-3's configuration class reads the "su" and "yarn" of older configs as "longrope".
+_PHI3: dict[str, Any] = {"rope_type_aliases": {"su": "longrope", "yarn": "longrope"}}
+
 _TABLE: dict[str, dict[str, Any]] = {
+    "phi4_multimodal": _PHI3,
     # interleaved pairs, verified in transformers 5.23's modeling code
     "gptj": _INTERLEAVED, "codegen": _INTERLEAVED,          # rotate_every_two
     "cohere": {**_INTERLEAVED, "theta": 500000.0},          # rotate_half on x[..., ::2]
@@ -72,7 +79,7 @@ _TABLE: dict[str, dict[str, Any]] = {
     # half-layout rotary families (listed so a config without any rope key still counts)
     "llama": {}, "mistral": {}, "mixtral": {"theta": 1000000.0}, "qwen2": {}, "qwen3": {},
     "qwen2_moe": {}, "qwen3_moe": {}, "gemma": {}, "gemma2": {}, "gemma3_text": {},
-    "phi": {"partial_rotary_factor": 0.5}, "phi3": {}, "gpt_neox": {"partial_rotary_factor": 0.25},
+    "phi": {"partial_rotary_factor": 0.5}, "phi3": _PHI3, "gpt_neox": {"partial_rotary_factor": 0.25},
     "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
     **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
        for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text",
@@ -112,6 +119,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
+    "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
 }
 
 

@@ -119,6 +119,7 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     kind = rope.get("rope_type") or rope.get("type") or "default"
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
+    kind = conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind)
     scaling = _scaling(str(kind), rope, config, where, registered)
     layout = _layout(config, model_type)
     sections = rope.get("mrope_section") or conventions_of(model_type).get("mrope_section")
