@@ -326,6 +326,17 @@ def _hf_cases() -> list[tuple[str, str, dict[str, Any], str]]:
             "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                              "original_max_position_embeddings": 16, "mscale": 1.0,
                              "mscale_all_dim": 1.0}}, "deepseek"),
+        ("deepseek_v2", "DeepseekV2Config", {
+            **small, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
+            "kv_lora_rank": 8, "q_lora_rank": 8, "n_routed_experts": 4,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                             "original_max_position_embeddings": 16, "mscale": 0.707,
+                             "mscale_all_dim": 0.707}}, "complex"),
+        ("llama4_text", "Llama4TextConfig", {
+            **small, "head_dim": 16, "num_hidden_layers": 4, "rope_scaling": {
+                "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
+         "complex-bshd:chunked_attention"),
         ("qwen2_vl", "Qwen2VLTextConfig", {**small, "rope_scaling": {
             "type": "mrope", "mrope_section": [2, 3, 3]}}, "mrope"),
         ("qwen3_vl", "Qwen3VLTextConfig", {**small, "head_dim": 16, "rope_parameters": {
@@ -356,8 +367,14 @@ def _hf_rotate(kind: str, cfg: Any, q: Any, pos: Any) -> Any:
         return out.transpose(1, 2)
     rotary = next(getattr(mod, n) for n in dir(mod)
                   if n.endswith("RotaryEmbedding") and "Vision" not in n)(cfg)
-    layer = kind.partition(":")[2]
-    cos, sin = rotary(q, pos, layer) if layer else rotary(q, pos)
+    kind, _, layer = kind.partition(":")
+    if kind.startswith("complex"):  # DeepSeek-V2, Llama 4: complex freqs_cis, view_as_complex
+        freqs_cis = rotary(q, pos)
+        if kind == "complex":
+            return mod.apply_rotary_emb(q, q, freqs_cis)[0]
+        return mod.apply_rotary_emb(q.transpose(1, 2), q.transpose(1, 2),  # (b, s, h, d)
+                                    freqs_cis)[0].transpose(1, 2)
+    cos, sin = rotary(q, pos, layer) if kind == "layer" else rotary(q, pos)
     if kind == "deepseek":
         return mod.apply_rotary_pos_emb_interleave(q, q, cos, sin)[0]
     rd = cos.shape[-1]
