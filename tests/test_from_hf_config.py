@@ -173,6 +173,11 @@ def test_nope_layers() -> None:
         enc(llama4, layer_type="full_attention")
     assert enc(llama4, layer_type="chunked_attention").options["layout"] == "interleaved"
     assert enc(llama4, layer_type=0) == enc(llama4, layer_type="chunked_attention")
+    bare = {"model_type": "llama4_text", "head_dim": 8, "num_hidden_layers": 8,
+            "no_rope_layers": []}  # empty: the class default, every 4th layer NoPE
+    with pytest.raises(NoPositionalEncodingError):
+        enc(bare, layer_type=7)
+    assert enc(bare, layer_type=6).name == "rotary"
     smol = {"model_type": "smollm3", "head_dim": 8, "rope_theta": 1e4, "num_hidden_layers": 8,
             "no_rope_layer_interval": 4, "layer_types": ["full_attention"] * 8}
     with pytest.raises(ConfigError, match="\\[3, 7\\] use no positional encoding"):

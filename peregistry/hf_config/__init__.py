@@ -144,6 +144,9 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
         return default_registry.get_encoder("t5", **_t5(text, layer_type, where))
     if encoding == "alibi":
         return default_registry.get_encoder("alibi", **_alibi(text, where))
+    interval = conventions_of(model_type).get("no_rope_layer_interval")
+    if interval is not None and text.get("no_rope_layer_interval") is None:
+        text = {**text, "no_rope_layer_interval": interval}  # the class default
     rope = layer_rope(text, layer_type, where)
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,

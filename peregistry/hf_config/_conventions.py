@@ -15,6 +15,8 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 * ``partial_rotary_factor``: the config class's default when the config has none;
 * ``encoding``: ``"rotary"`` (the default), ``"alibi"``, ``"t5"``, or a function of the text
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
+* ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
+  layer is NoPE when ``no_rope_layers`` is empty or absent);
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
@@ -40,6 +42,8 @@ _KEYS: dict[str, str] = {
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
     "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
     "rope_type_aliases": "a dict {config's rope_type: the type it means}",
+    "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
+                              "no_rope_layers is empty",
 }
 
 
@@ -66,8 +70,9 @@ _TABLE: dict[str, dict[str, Any]] = {
     "helium": {**_INTERLEAVED, "theta": 100000.0},
     "ernie4_5": {**_INTERLEAVED, "theta": 500000.0},
     "ernie4_5_moe": {**_INTERLEAVED, "theta": 500000.0},
-    "llama4_text": {**_INTERLEAVED, "theta": 500000.0},     # torch.view_as_complex
-    "llama4": {**_INTERLEAVED, "theta": 500000.0},
+    # torch.view_as_complex; NoPE every 4th layer unless no_rope_layers says otherwise
+    "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
+    "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
     # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
     "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
@@ -83,7 +88,9 @@ _TABLE: dict[str, dict[str, Any]] = {
     "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
     **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
        for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text",
-                 "qwen2_5_omni_text", "qwen2_5_omni_thinker")}, "smollm3": {},
+                 "qwen2_5_omni_text", "qwen2_5_omni_thinker")}, "smollm3": {"no_rope_layer_interval": 4},
+    "mistral_large4": {**_INTERLEAVED, "no_rope_layer_interval": 4},  # as deepseek_v3
+    "mistral_large4_text": {**_INTERLEAVED, "no_rope_layer_interval": 4},
     "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
     # M-RoPE variants peregistry does not have yet (partial rotary, interleaved pairs, own axis
     # maps), or whose conventions were not checked against the model's code
@@ -119,6 +126,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
+    "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
 }
