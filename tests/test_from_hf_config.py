@@ -355,6 +355,16 @@ def _hf_cases() -> list[tuple[str, str, dict[str, Any], str]]:
     ]
 
 
+def _rotary_module(cfg: Any) -> Any:
+    """The model's text rotary embedding module, built from ``cfg``."""
+    import importlib
+
+    model_type = cfg.model_type.removesuffix("_text")
+    mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    return next(getattr(mod, n) for n in dir(mod)
+                if n.endswith("RotaryEmbedding") and "Vision" not in n)(cfg)
+
+
 def _hf_rotate(kind: str, cfg: Any, q: Any, pos: Any) -> Any:
     """What the model's own rotary module and apply function do to ``q`` (1, H, S, D)."""
     import importlib
@@ -370,8 +380,7 @@ def _hf_rotate(kind: str, cfg: Any, q: Any, pos: Any) -> Any:
         x = q.transpose(1, 2)  # GPT-J: (batch, seq, heads, dim)
         out = torch.cat([mod.apply_rotary_pos_emb(x[..., :rd], sin, cos), x[..., rd:]], dim=-1)
         return out.transpose(1, 2)
-    rotary = next(getattr(mod, n) for n in dir(mod)
-                  if n.endswith("RotaryEmbedding") and "Vision" not in n)(cfg)
+    rotary = _rotary_module(cfg)
     kind, _, layer = kind.partition(":")
     if kind.startswith("complex"):  # DeepSeek-V2, Llama 4: complex freqs_cis, view_as_complex
         freqs_cis = rotary(q, pos)
@@ -417,6 +426,13 @@ def test_matches_transformers(case: tuple[str, str, dict[str, Any], str]) -> Non
     tol = 8 * eps * seq * float(q.abs().max()) * 2
     err = float((ours - theirs).abs().max())
     assert err <= tol, f"{case[0]}: max |ours - transformers| = {err:.3g} > {tol:.3g}; {e!r}"
+    if kind.partition(":")[0] in ("std", "layer") and e.options["layout"] == "half":
+        rotary = _rotary_module(cfg)  # the tables too, when the layouts agree (DESIGN.md)
+        cos, sin = rotary(q, ids, layer) if layer else rotary(q, ids)
+        our_cos, our_sin = e.cos_sin(ids, dtype=torch.float32)
+        table_tol = 8 * eps * seq * 2
+        assert float((our_cos - cos).abs().max()) <= table_tol, f"{case[0]}: cos"
+        assert float((our_sin - sin).abs().max()) <= table_tol, f"{case[0]}: sin"
     # the control: the other pair layout is far off, so the comparison sees the layout
     flip = "half" if e.options["layout"] == "interleaved" else "interleaved"
     other: Any = per.get_encoder(e.name, **{**e.options, "layout": flip})
