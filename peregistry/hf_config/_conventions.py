@@ -74,6 +74,15 @@ _TABLE: dict[str, dict[str, Any]] = {
     "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
+    "moonshine": {**_INTERLEAVED, "partial_rotary_factor": 0.9},  # x[..., 0::2] / x[..., 1::2]
+    "moonshine_streaming": _INTERLEAVED, "moonshine_streaming_encoder": _INTERLEAVED,
+    "openai_privacy_filter": {**_INTERLEAVED, "theta": 150000.0},  # stack(...).flatten(-2)
+    **{t: {**_INTERLEAVED, "theta": 500000.0}  # BLT's transformers: x[..., ::2] / x[..., 1::2]
+       for t in ("blt_global_transformer", "blt_local_encoder", "blt_local_decoder")},
+    "blt": {"unsupported": "a BLT config holds several transformers: pass one of its "
+                           "sub-configs (global_config, encoder_config, decoder_config)"},
+    "deepseek_v4": {"unsupported": "it rotates the last features of the head ([nope | rope]), "
+                                   "which peregistry's rotary does not do yet"},
     # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
     "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
     "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
