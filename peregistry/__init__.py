@@ -43,6 +43,7 @@ __all__ = [
     "RotaryEncoder",
     "__version__",
     "convert",
+    "from_hf_config",
     "get_encoder",
     "hookimpl",
     "hookspec",
@@ -89,3 +90,15 @@ def convert(params: Any, xp: Any, device: Any = None) -> Any:
     from ._convert import convert as _convert
 
     return _convert(params, xp, device)
+
+
+def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encoder:
+    """The encoder that reproduces a Hugging Face model's positional encoding, from its
+    ``PretrainedConfig`` or the dict of its ``config.json`` (transformers is not imported).
+
+    ``layer_type`` names a layer type (``"sliding_attention"``; T5's ``"encoder"`` or
+    ``"decoder"``) or a layer index, for models whose layers differ. See
+    :mod:`peregistry.hf_config` and docs/porting.md."""
+    from .hf_config import from_hf_config as _from_hf_config
+
+    return _from_hf_config(config, layer_type=layer_type)

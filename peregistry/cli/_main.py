@@ -84,10 +84,11 @@ def _run(argv: list[str], out: TextIO) -> int:
             return 0
         command = COMMANDS[args.command]
         if command.encoder:
-            if args.name is None:
+            if args.name is None and getattr(args, "hf_config", None) is None:
                 raise UsageError(f"{command.name} needs an encoder NAME; 'peregistry list' "
                                  f"shows them")
-            args.encoder_class = cls or _registry().encoder_class(args.name)
+            if args.name is not None:
+                args.encoder_class = cls or _registry().encoder_class(args.name)
         elif extras:
             parser.parse_args(argv)  # reports the unrecognized arguments
         return command.run(args, extras, out)

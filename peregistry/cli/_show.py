@@ -326,6 +326,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of enc.init for learned encoders (default 0)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                         help="set an option by name (same as --NAME VALUE)")
+    parser.add_argument("--hf-config", metavar="PATH",
+                        help="instead of NAME and options: the encoder of a Hugging Face "
+                             "model, from its config.json (peregistry.from_hf_config)")
+    parser.add_argument("--layer-type", metavar="T",
+                        help="with --hf-config: the layer type (sliding_attention, T5's "
+                             "encoder/decoder, ...) or a layer index, when the layers differ")
 
 
 def _write_values(enc: Encoder, arrays: dict[str, Any], positions: Any, where: tuple[str, str],
@@ -349,17 +355,46 @@ def _write_values(enc: Encoder, arrays: dict[str, Any], positions: Any, where: t
             out.write(line + "\n")
 
 
+def _from_hf_config(args: argparse.Namespace, extras: list[str]) -> Encoder:
+    """The encoder of ``--hf-config PATH`` (a config.json) and ``--layer-type``."""
+    import json
+
+    from ..hf_config import from_hf_config
+
+    if args.name is not None or extras or args.option:
+        given = args.name or " ".join([*extras, *(f"--option {o}" for o in args.option)])
+        raise UsageError(f"--hf-config gives the encoder and its options; got also {given!r}")
+    try:
+        with open(args.hf_config, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--hf-config {args.hf_config!r}: cannot read a JSON config: "
+                         f"{exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--hf-config {args.hf_config!r}: expected a JSON object, got "
+                         f"{type(config).__name__}")
+    layer: str | int | None = args.layer_type
+    if isinstance(layer, str) and layer.lstrip("-").isdigit():
+        layer = int(layer)
+    return from_hf_config(config, layer_type=layer)
+
+
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """``peregistry show NAME ...``: the options of NAME, or its values at ``--positions``."""
     from .. import list_encoders
     from ..registry import default_registry
 
-    cls: type[Encoder] = args.encoder_class
-    options = collect_options(cls, args, extras, "show")
-    if not options and args.positions is None:
-        info = next((i for i in list_encoders() if i.name == cls.name), None)
-        return _describe_options(cls, info, args, out)
-    enc = default_registry.get_encoder(cls.name, **options)  # the library validates
+    if args.hf_config is not None:
+        enc = _from_hf_config(args, extras)
+    else:
+        if args.layer_type is not None:
+            raise UsageError("--layer-type goes with --hf-config")
+        cls: type[Encoder] = args.encoder_class
+        options = collect_options(cls, args, extras, "show")
+        if not options and args.positions is None:
+            info = next((i for i in list_encoders() if i.name == cls.name), None)
+            return _describe_options(cls, info, args, out)
+        enc = default_registry.get_encoder(cls.name, **options)  # the library validates
     show = SHOW_BY_KIND.get(enc.kind)
     if show is None:
         sys.stderr.write(
@@ -387,7 +422,8 @@ COMMAND = Command(
     description="Without options or --positions: the options NAME declares. Otherwise: build "
                 "NAME with the options and print its values at --positions (default "
                 f"{DEFAULT_SHOW_POSITIONS}) on --backend.",
-    epilog="Example: peregistry show sinusoidal --dim 8 --positions 2",
+    epilog="Examples: peregistry show sinusoidal --dim 8 --positions 2; "
+           "peregistry show --hf-config config.json --positions 0:4",
     add_arguments=_add_arguments,
     run=run,
     encoder=True,

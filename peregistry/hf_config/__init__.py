@@ -1,0 +1,154 @@
+"""From a Hugging Face config to the encoder that reproduces the model's positional encoding.
+
+:func:`from_hf_config` takes a transformers ``PretrainedConfig`` (read through its ``to_dict()``:
+transformers is never imported here) or the plain dict of a ``config.json``. What the config does
+not say but the model's code does (GPT-J rotates interleaved pairs, Qwen3-VL interleaves its
+M-RoPE axes, ...) is in one table, :data:`MODEL_CONVENTIONS`, that
+:func:`register_model_conventions` extends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._conventions import (
+    MODEL_CONVENTIONS,
+    conventions_of,
+    encoding_of,
+    register_model_conventions,
+    unregister_model_conventions,
+)
+from ._layers import NoPositionalEncodingError, layer_rope
+from ._rope import ConfigError, rotary_options
+
+if TYPE_CHECKING:
+    from ..encoders.base import Encoder
+
+__all__ = [
+    "MODEL_CONVENTIONS",
+    "ConfigError",
+    "NoPositionalEncodingError",
+    "from_hf_config",
+    "register_model_conventions",
+    "unregister_model_conventions",
+]
+
+#: Keys whose presence says "rotary" for a model type the table does not list.
+_ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct",
+              "partial_rotary_factor", "qk_rope_head_dim", "rotary_emb_base")
+#: The ALiBi ``max_bias`` peregistry's ``alibi`` has (the paper's 8).
+_ALIBI_MAX_BIAS = 8
+
+
+def _as_dict(config: Any) -> tuple[dict[str, Any], float | None]:
+    """The config as a dict, and the text config class's ``default_theta`` if it has one."""
+    if isinstance(config, Mapping):
+        return dict(config), None
+    to_dict = getattr(config, "to_dict", None)
+    if to_dict is None:
+        raise TypeError(f"from_hf_config: config must be a transformers PretrainedConfig or the "
+                        f"dict of a config.json, got {type(config).__name__}")
+    text = getattr(config, "text_config", None)
+    if text is None:
+        text = getattr(getattr(config, "thinker_config", None), "text_config", None)
+    theta = getattr(type(text if text is not None else config), "default_theta", None)
+    return dict(to_dict()), (float(theta) if isinstance(theta, (int, float)) else None)
+
+
+def _text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The text config of a composite (vision-language, omni) config, else the config."""
+    thinker = raw.get("thinker_config")
+    text = thinker.get("text_config") if isinstance(thinker, Mapping) else None
+    if isinstance(text, Mapping):
+        return text
+    text = raw.get("text_config")
+    if isinstance(text, Mapping) and text:
+        return text
+    return raw
+
+
+def _encoding(text: Mapping[str, Any], model_type: str, where: str) -> str:
+    found = encoding_of(model_type, text)
+    if found is not None:
+        return found
+    if text.get("relative_attention_num_buckets") is not None:
+        return "t5"
+    attn = text.get("attn_config")
+    if text.get("alibi") is True or (isinstance(attn, Mapping) and attn.get("alibi")):
+        return "alibi"  # Falcon's alibi=True, MPT's attn_config.alibi
+    if any(text.get(k) is not None for k in _ROPE_KEYS) or model_type in MODEL_CONVENTIONS:
+        return "rotary"
+    raise ConfigError(f"{where}: found no positional-encoding settings (none of "
+                      f"{', '.join(_ROPE_KEYS)}, relative_attention_num_buckets, alibi) and the "
+                      f"model type is not in peregistry.hf_config.MODEL_CONVENTIONS; register it "
+                      f"with register_model_conventions() or build the encoder by name")
+
+
+def _heads(text: Mapping[str, Any], where: str) -> int:
+    for key in ("num_attention_heads", "num_heads", "n_head", "n_heads"):
+        if text.get(key) is not None:
+            return int(text[key])
+    raise ConfigError(f"{where}: the config has no head count (num_attention_heads, "
+                      f"num_heads, n_head or n_heads)")
+
+
+def _t5(text: Mapping[str, Any], layer_type: Any, where: str) -> dict[str, Any]:
+    stack = layer_type
+    if stack is None and text.get("is_decoder"):
+        stack = "decoder"
+    if stack is None and text.get("is_encoder_decoder") is False:
+        stack = "encoder"
+    if stack not in ("encoder", "decoder"):
+        got = "" if stack is None else f" (got layer_type={stack!r})"
+        raise ConfigError(f"{where}: T5's encoder and decoder differ (bidirectional buckets in "
+                          f"the encoder, causal in the decoder); pass layer_type='encoder' or "
+                          f"'decoder'{got}")
+    return {"num_heads": _heads(text, where),
+            "num_buckets": int(text.get("relative_attention_num_buckets") or 32),
+            "max_distance": int(text.get("relative_attention_max_distance") or 128),
+            "bidirectional": stack == "encoder"}
+
+
+def _alibi(text: Mapping[str, Any], where: str) -> dict[str, Any]:
+    attn = text.get("attn_config")
+    max_bias = attn.get("alibi_bias_max") if isinstance(attn, Mapping) else None
+    if max_bias is not None and max_bias != _ALIBI_MAX_BIAS:
+        raise ConfigError(f"{where}: attn_config.alibi_bias_max={max_bias!r}; 'alibi' has the "
+                          f"paper's max_bias={_ALIBI_MAX_BIAS} only")
+    return {"num_heads": _heads(text, where)}
+
+
+def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encoder:
+    """The encoder that reproduces the positional encoding of a Hugging Face model.
+
+    ``config`` is a transformers ``PretrainedConfig`` or the dict of a ``config.json``; composite
+    configs use their text config. ``layer_type`` names a layer type (``"sliding_attention"``,
+    T5's ``"encoder"``/``"decoder"``) or a layer index; it is needed when the layers differ.
+    A layer without positional encoding raises :class:`NoPositionalEncodingError`; unknown
+    rope types and missing keys raise :class:`ConfigError` (a ``ValueError``) naming them.
+    """
+    from ..registry import default_registry
+    from ..rope.scalings import registered_scalings
+
+    raw, default_theta = _as_dict(config)
+    text = _text_config(raw)
+    model_type = str(text.get("model_type") or raw.get("model_type") or "unknown")
+    where = f"from_hf_config (model type {model_type!r})"
+    reason = conventions_of(model_type).get("unsupported")
+    if reason:
+        raise ConfigError(f"{where}: not supported: {reason} (see "
+                          f"peregistry.hf_config.MODEL_CONVENTIONS)")
+    encoding = _encoding(text, model_type, where)
+    if encoding == "t5":
+        return default_registry.get_encoder("t5", **_t5(text, layer_type, where))
+    if encoding == "alibi":
+        return default_registry.get_encoder("alibi", **_alibi(text, where))
+    interval = conventions_of(model_type).get("no_rope_layer_interval")
+    if interval is not None and text.get("no_rope_layer_interval") is None:
+        text = {**text, "no_rope_layer_interval": interval}  # the class default
+    rope = layer_rope(text, layer_type, where)
+    name, options = rotary_options(rope, text, model_type, where=where,
+                                   default_theta=default_theta,
+                                   registered=registered_scalings())
+    return default_registry.get_encoder(name, **options)

@@ -1,0 +1,187 @@
+"""What a Hugging Face config does not say but the model's code does, by ``model_type``: the
+table :func:`~peregistry.hf_config.from_hf_config` reads, and the function plugins extend it with.
+
+Each entry was found by reading that family's ``apply_rotary_pos_emb`` (or equivalent) in
+transformers 5.23, ``models/<type>/modeling_<type>.py``:
+
+* ``layout="interleaved"``: the family rotates pairs ``(2i, 2i+1)`` (``rotate_every_two``,
+  ``x[..., 0::2]`` / ``x[..., 1::2]`` in ``rotate_half``, or ``torch.view_as_complex``);
+* ``layout_flag``: a config key whose truth selects the interleaved layout, with its default
+  (DeepSeek-V3's ``rope_interleave``, default True);
+* ``mrope_interleaved=True``: M-RoPE cycles the axes over the pairs (Qwen3-VL
+  ``recomposition_frequencies``) without ``mrope_interleaved`` in the config;
+* ``mrope_section``: the sections the rotary module assumes when the config has none;
+* ``theta``: the config class's ``default_theta`` (used only when a config has no theta);
+* ``partial_rotary_factor``: the config class's default when the config has none;
+* ``encoding``: ``"rotary"`` (the default), ``"alibi"``, ``"t5"``, or a function of the text
+  config dict returning one of them (Baichuan: ALiBi for the 13B models only);
+* ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
+  layer is NoPE when ``no_rope_layers`` is empty or absent);
+* ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
+  (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
+* ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
+  a rotary encoder that looks right (GLM-4V, Qwen3.5, Ernie-4.5-VL, HunYuan-VL M-RoPE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["MODEL_CONVENTIONS", "conventions_of", "register_model_conventions"]
+
+#: The keys an entry may have, and what each value may be.
+_KEYS: dict[str, str] = {
+    "layout": "'half' or 'interleaved'",
+    "layout_flag": "a (config key, default) pair",
+    "mrope_interleaved": "a bool",
+    "mrope_section": "a list of pair counts (the model's default when its config has none)",
+    "theta": "a number > 0",
+    "partial_rotary_factor": "a number in (0, 1]",
+    "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
+    "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
+    "rope_type_aliases": "a dict {config's rope_type: the type it means}",
+    "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
+                              "no_rope_layers is empty",
+}
+
+
+def _baichuan(config: Mapping[str, Any]) -> str:
+    # Baichuan-13B and Baichuan2-13B (hidden_size 5120) use ALiBi, the 7B models RoPE: their
+    # config.json files do not say so, each size ships its own modeling_baichuan.py.
+    return "alibi" if config.get("hidden_size") == 5120 else "rotary"
+
+
+_INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
+
+# Phi-3's configuration class reads the "su" and "yarn" of older configs as "longrope".
+_PHI3: dict[str, Any] = {"rope_type_aliases": {"su": "longrope", "yarn": "longrope"}}
+
+_TABLE: dict[str, dict[str, Any]] = {
+    "phi4_multimodal": _PHI3,
+    # interleaved pairs, verified in transformers 5.23's modeling code
+    "gptj": _INTERLEAVED, "codegen": _INTERLEAVED,          # rotate_every_two
+    "cohere": {**_INTERLEAVED, "theta": 500000.0},          # rotate_half on x[..., ::2]
+    "cohere2": _INTERLEAVED,
+    "cohere2_moe": _INTERLEAVED,
+    "glm": {**_INTERLEAVED, "partial_rotary_factor": 0.5},  # x[..., 0::2] / x[..., 1::2]
+    "glm4": {**_INTERLEAVED, "partial_rotary_factor": 0.5},
+    "helium": {**_INTERLEAVED, "theta": 100000.0},
+    "ernie4_5": {**_INTERLEAVED, "theta": 500000.0},
+    "ernie4_5_moe": {**_INTERLEAVED, "theta": 500000.0},
+    # torch.view_as_complex; NoPE every 4th layer unless no_rope_layers says otherwise
+    "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
+    "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
+    "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
+    "moonshine": {**_INTERLEAVED, "partial_rotary_factor": 0.9},  # x[..., 0::2] / x[..., 1::2]
+    "moonshine_streaming": _INTERLEAVED, "moonshine_streaming_encoder": _INTERLEAVED,
+    "openai_privacy_filter": {**_INTERLEAVED, "theta": 150000.0},  # stack(...).flatten(-2)
+    **{t: {**_INTERLEAVED, "theta": 500000.0}  # BLT's transformers: x[..., ::2] / x[..., 1::2]
+       for t in ("blt_global_transformer", "blt_local_encoder", "blt_local_decoder")},
+    "blt": {"unsupported": "a BLT config holds several transformers: pass one of its "
+                           "sub-configs (global_config, encoder_config, decoder_config)"},
+    "deepseek_v4": {"unsupported": "it rotates the last features of the head ([nope | rope]), "
+                                   "which peregistry's rotary does not do yet"},
+    # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
+    "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
+    "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
+    "mistral4": {"layout_flag": ("rope_interleave", True)},
+    # M-RoPE interleaved without saying so
+    **{t: {"mrope_interleaved": True, "theta": 500000.0, "mrope_section": (24, 20, 20)}
+       for t in ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text")},
+    # half-layout rotary families (listed so a config without any rope key still counts)
+    "llama": {}, "mistral": {}, "mixtral": {"theta": 1000000.0}, "qwen2": {}, "qwen3": {},
+    "qwen2_moe": {}, "qwen3_moe": {}, "gemma": {}, "gemma2": {}, "gemma3_text": {},
+    "phi": {"partial_rotary_factor": 0.5}, "phi3": _PHI3, "gpt_neox": {"partial_rotary_factor": 0.25},
+    "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
+    **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
+       for t in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text",
+                 "qwen2_5_omni_text", "qwen2_5_omni_thinker")}, "smollm3": {"no_rope_layer_interval": 4},
+    "mistral_large4": {**_INTERLEAVED, "no_rope_layer_interval": 4},  # as deepseek_v3
+    "mistral_large4_text": {**_INTERLEAVED, "no_rope_layer_interval": 4},
+    "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
+    # M-RoPE variants peregistry does not have yet (partial rotary, interleaved pairs, own axis
+    # maps), or whose conventions were not checked against the model's code
+    **{t: {"unsupported": "its M-RoPE variant (partial rotary, interleaved pairs or its own "
+                          "axis map) is not among peregistry's encoders yet"}
+       for base in ("glm4v", "glm4v_moe", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "qwen3_5",
+                    "qwen3_5_moe", "qwen4_exp", "hunyuan_vl")
+       for t in (base, f"{base}_text")},
+    **{t: {"unsupported": "its M-RoPE conventions are not checked against its code yet"}
+       for base in ("cohere_compass", "cosmos3_edge", "paddleocr_vl", "qwen3_omni_moe")
+       for t in (base, f"{base}_text")},
+    # other positional encodings
+    "bloom": {"encoding": "alibi"}, "baichuan": {"encoding": _baichuan},
+    "t5": {"encoding": "t5"}, "mt5": {"encoding": "t5"}, "umt5": {"encoding": "t5"},
+    "longt5": {"encoding": "t5"}, "switch_transformers": {"encoding": "t5"},
+}
+
+#: ``model_type`` → conventions (read-only; extend with :func:`register_model_conventions`).
+MODEL_CONVENTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(_TABLE)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "layout": lambda v: v in ("half", "interleaved"),
+    "layout_flag": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str),
+    "mrope_interleaved": lambda v: isinstance(v, bool),
+    "mrope_section": lambda v: isinstance(v, (list, tuple)) and all(
+        isinstance(x, int) and x >= 0 for x in v),
+    "theta": lambda v: _is_number(v) and v > 0,
+    "partial_rotary_factor": lambda v: _is_number(v) and 0 < v <= 1,
+    "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
+    "unsupported": lambda v: isinstance(v, str) and bool(v),
+    "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
+    "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
+}
+
+
+def _check(model_type: str, key: str, value: Any) -> None:
+    if not _CHECKS[key](value):
+        raise ValueError(f"register_model_conventions({model_type!r}): {key}={value!r}; "
+                         f"expected {_KEYS[key]}")
+
+
+def register_model_conventions(model_type: str, *, replace: bool = False,
+                               **conventions: Any) -> None:
+    """Teach :func:`~peregistry.hf_config.from_hf_config` what ``model_type``'s config leaves
+    unsaid, e.g. ``register_model_conventions("my_model", layout="interleaved")``.
+
+    Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``theta``,
+    ``partial_rotary_factor``, ``encoding`` (see :mod:`peregistry.hf_config`). An entry that
+    exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
+    bad values raise ``ValueError`` naming them."""
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError(f"register_model_conventions: model_type must be a non-empty string, "
+                         f"got {model_type!r}")
+    unknown = sorted(set(conventions) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"register_model_conventions({model_type!r}): unknown key"
+                         f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"known: {', '.join(_KEYS)}")
+    for key, value in conventions.items():
+        _check(model_type, key, value)
+    base = {} if replace else dict(_TABLE.get(model_type, {}))
+    _TABLE[model_type] = {**base, **conventions}
+
+
+def unregister_model_conventions(model_type: str) -> None:
+    """Remove ``model_type``'s entry (tests, notebooks); a missing entry is not an error."""
+    _TABLE.pop(model_type, None)
+
+
+def conventions_of(model_type: str | None) -> Mapping[str, Any]:
+    """The entry of ``model_type`` (empty when the table has none)."""
+    return _TABLE.get(model_type or "", {})
+
+
+def encoding_of(model_type: str | None, config: Mapping[str, Any]) -> str | None:
+    """The entry's ``encoding`` for ``config`` (None when the entry does not say)."""
+    value: str | Callable[[Mapping[str, Any]], str] | None = conventions_of(model_type).get(
+        "encoding")
+    return value(config) if callable(value) else value
