@@ -167,3 +167,46 @@ def test_two_dimensional_positions_keep_their_declared_laws_only() -> None:
     assert not caps & {"shift-linear", "shift-invariant-dot"}
     caps = capabilities(PlainSin(), default_registry.backend("numpy"))
     assert {"shift-linear", "shift-invariant-dot"} <= caps
+
+
+# -- item 4: a plugin overriding a public method keeps the output guarantees ---------------------
+class Doubling(PlainSin):
+    """Adds behaviour around super(): allowed, and passes the suite."""
+
+    name = "test-doubling"
+
+    def encode(self, positions: Any, *, params: Any = None, dtype: Any = None) -> Any:
+        return super().encode(positions, params=params, dtype=dtype) * 2
+
+
+class LosesDtype(PlainSin):
+    name = "test-loses-dtype"
+
+    def encode(self, positions: Any, *, params: Any = None, dtype: Any = None) -> Any:
+        out = super().encode(positions, params=params, dtype=None)  # forgets dtype
+        return out
+
+
+def test_an_override_around_super_passes(backend_name: str) -> None:
+    report = check_encoder(Doubling(), backends=backend_name)
+    assert report.ok, str(report)
+
+
+def test_an_override_that_drops_the_dtype_is_stopped_naming_it(xp: Any) -> None:
+    from peregistry.encoders._overrides import OverrideError
+
+    enc = LosesDtype()
+    with pytest.raises(OverrideError, match=r"test-loses-dtype: LosesDtype\.encode \(an override "
+                                            r"of the base class's\) returned dtype float\d+, but "
+                                            r"should return float16"):
+        enc.encode(xp.asarray([1, 2]), dtype="float16") if hasattr(xp, "float16") else \
+            pytest.skip("no float16 in this namespace")
+
+
+def test_the_built_ins_are_not_wrapped() -> None:
+    from peregistry.encoders.rotary import Rotary
+    from peregistry.encoders.sinusoidal import Sinusoidal
+
+    assert not getattr(Rotary.rotate, "__peregistry_guarded__", False)
+    assert not getattr(Sinusoidal.encode, "__peregistry_guarded__", False)
+    assert getattr(Doubling.encode, "__peregistry_guarded__", False)

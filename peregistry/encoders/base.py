@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import Option, freeze, thaw
 from .._services import current_services, use_services
+from ._overrides import guard_overrides
 from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
 
 if TYPE_CHECKING:
@@ -106,13 +107,12 @@ class Encoder:
                     specs.pop(attr, None)
                     specs[attr] = value
         cls._option_specs = specs
-        # A bad default would give every user an invalid encoder: refuse the class instead.
-        _check_defaults(cls)
+        _check_defaults(cls)  # a bad default would make every instance invalid: refuse it
+        guard_overrides(cls)  # a plugin's public-method override keeps the output guarantees
         if cls.name and not cls.family:
             cls.family = cls.name
         if cls.name and not cls.summary:
-            doc = inspect.getdoc(cls) or ""
-            cls.summary = doc.strip().splitlines()[0] if doc.strip() else ""
+            cls.summary = (inspect.getdoc(cls) or "").strip().partition("\n")[0]
 
     def __init__(self, **options: Any) -> None:
         owner = self.name or type(self).__name__

@@ -200,9 +200,11 @@ class Case:
         Under pytest, a case with a declared expected failure is marked ``xfail`` by
         :func:`~peregistry.testing.parametrize_with_checks`; calling ``run`` directly just runs.
         """
+        from ..encoders._overrides import OverrideError
+
         try:
             self.spec.func(self)
-        except CheckFailure as exc:
+        except (CheckFailure, OverrideError) as exc:
             raise CheckFailure(f"[{self.id}] {exc}") from exc
 
     # helpers for checks --------------------------------------------------------------------
