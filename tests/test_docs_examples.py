@@ -5,7 +5,8 @@ A plugin example is a ``python`` code block that defines an ``Encoder`` subclass
 ``name``. The python blocks of one document that define classes run in order in one fresh
 namespace (a reader follows a page top to bottom: a later block may use the imports of an
 earlier one); each encoder class found is instantiated directly (no entry point) with its
-``example_options()`` plus ``dim=16`` where ``dim`` is required, and checked with
+``example_options()``, with ``dim=16`` (as the documents' test lines) where ``dim`` is
+required, and checked with
 ``check_encoder``.
 
 A block that is deliberately not runnable is marked by an HTML comment on the line before its
@@ -15,6 +16,8 @@ fence: ``<!-- no-check: reason -->``; the reason is shown in the skip. No block 
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,10 @@ def _examples() -> list[Any]:
     """One pytest param per (document, encoder class) found."""
     params = []
     for doc in DOCUMENTS:
-        namespace: dict[str, Any] = {"__name__": f"docs_example_{doc.stem}"}
+        # A real module: torch.compile re-imports the module of the code it traces.
+        module = types.ModuleType(f"docs_example_{doc.stem.replace('-', '_')}")
+        sys.modules[module.__name__] = module
+        namespace = module.__dict__
         for line, code, reason in _blocks(doc):
             where = f"{doc.relative_to(ROOT)}:{line}"
             if reason is not None:
@@ -56,10 +62,10 @@ def _examples() -> list[Any]:
                     reason=f"marked no-check: {reason}")))
                 continue
             before = set(namespace)
-            exec(compile(code, where, "exec"), namespace)  # noqa: S102 - our own documentation
+            exec(compile(code, where, "exec"), namespace)  # our own documentation
             for name, obj in namespace.items():
                 if (name not in before and isinstance(obj, type) and issubclass(obj, per.Encoder)
-                        and obj.name):
+                        and getattr(obj, "name", "")):
                     params.append(pytest.param(where, obj, id=f"{where}:{name}"))
     return params
 
@@ -68,10 +74,10 @@ EXAMPLES = _examples()
 
 
 def _options(cls: type[per.Encoder]) -> dict[str, Any]:
-    options = cls.example_options()
+    options: dict[str, Any] = dict(cls.example_options())
     spec = cls._option_specs.get("dim")
-    if spec is not None and spec.required and "dim" not in options:
-        options["dim"] = 16
+    if spec is not None and spec.required:
+        options["dim"] = 16  # what the documents' own test lines use
     return options
 
 
