@@ -56,7 +56,8 @@ def test_mutant_is_caught(mutant: Mutant, backend_name: str) -> None:
     assert applicable, (f"{mutant.id}: none of {sorted(mutant.expected)} applies to it on "
                         f"{backend_name}")
     failed = _failing(mutant, backend_name)
-    assert failed, (f"{mutant.id} ({(mutant.factory.__doc__ or "").strip().splitlines()[0]}) passed "
+    what = (mutant.factory.__doc__ or "").strip().splitlines()[0]
+    assert failed, (f"{mutant.id} ({what}) passed "
                     f"{sorted(applicable)} on {backend_name}, but should fail at least one")
 
 
