@@ -65,7 +65,7 @@ def _examples() -> list[Any]:
             exec(compile(code, where, "exec"), namespace)  # our own documentation
             for name, obj in namespace.items():
                 if (name not in before and isinstance(obj, type) and issubclass(obj, per.Encoder)
-                        and getattr(obj, "name", "")):
+                        and bool(getattr(obj, "name", None))):
                     params.append(pytest.param(where, obj, id=f"{where}:{name}"))
     return params
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from peregistry.plugin import Ctx, cos_sin
 
-from .references import RefSin, RefTable, _omega
+from .references import RefSin, RefTable, _cache, _namespace_of, _omega
 
 
 class StaleSinCache(RefSin):
@@ -20,9 +20,9 @@ class StaleSinCache(RefSin):
 
     def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
         key = ("out", tuple(positions.shape), str(ctx.wide), str(ctx.device), ctx.backend.name)
-        if key not in self._cache:
-            self._cache[key] = super()._encode(positions, params=params, ctx=ctx)
-        return self._cache[key]
+        if key not in _cache(self):
+            _cache(self)[key] = super()._encode(positions, params=params, ctx=ctx)
+        return _cache(self)[key]
 
 
 class SinForCos(RefSin):
@@ -54,7 +54,7 @@ class IgnoresDtype(RefSin):
 
     def encode(self, positions: Any, *, params: Any = None, dtype: Any = None) -> Any:
         out = super().encode(positions, params=params)
-        xp = self.services.backend_of(out).namespace()
+        xp = _namespace_of(self, out)
         return xp.astype(out, xp.float32)
 
 
@@ -203,7 +203,7 @@ class StaleTableCache(RefTable):
     def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
         t = params["table"]
         key = ("table", tuple(t.shape), str(t.dtype), ctx.backend.name)
-        table = self._cache.setdefault(key, t)
+        table = _cache(self).setdefault(key, t)
         return super()._encode(positions, params={"table": table}, ctx=ctx)
 
 
@@ -216,6 +216,6 @@ class StaleTableOutput(RefTable):
     def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
         t = params["table"]
         key = ("out", tuple(positions.shape), str(t.dtype), ctx.backend.name)
-        if key not in self._cache:
-            self._cache[key] = super()._encode(positions, params=params, ctx=ctx)
-        return self._cache[key]
+        if key not in _cache(self):
+            _cache(self)[key] = super()._encode(positions, params=params, ctx=ctx)
+        return _cache(self)[key]

@@ -19,8 +19,14 @@ from peregistry.plugin import (
     gather,
 )
 
-POSITIVE = {"allowed": "a positive integer", "check": lambda n: n > 0}
-EVEN = {"allowed": "a positive even integer", "check": lambda d: d > 0 and d % 2 == 0}
+
+def positive(default: int) -> Any:
+    return per.Option(int, default, allowed="a positive integer", check=lambda n: n > 0)
+
+
+def even(default: int) -> Any:
+    return per.Option(int, default, allowed="a positive even integer",
+                      check=lambda d: d > 0 and d % 2 == 0)
 
 
 def _omega(dim: int, base: float = 10000.0) -> Frequencies:
@@ -32,7 +38,7 @@ class RefSin(per.AbsoluteEncoder):
 
     name = "corpus-sin"
     continuous = True
-    dim = per.Option(int, 8, **EVEN)
+    dim = even(8)
 
     def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
         cos, sin = cos_sin(positions, _omega(self.dim), ctx=ctx)
@@ -53,8 +59,8 @@ class RefTable(per.AbsoluteEncoder):
     """Reference learned absolute table using the documented base ``Encoder.init``."""
 
     name = "corpus-table"
-    num_positions = per.Option(int, 16, **POSITIVE)
-    dim = per.Option(int, 4, **POSITIVE)
+    num_positions = positive(16)
+    dim = positive(4)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"table": (self.num_positions, self.dim)}
@@ -80,7 +86,7 @@ class RefBias(per.BiasEncoder):
     """Reference fixed bias: ALiBi's -m_h·|k - q| (no properties declared)."""
 
     name = "corpus-bias"
-    num_heads = per.Option(int, 4, **POSITIVE)
+    num_heads = positive(4)
 
     def _slopes(self, ctx: Ctx, dt: Any) -> Any:
         return ctx.xp.asarray(alibi_slopes(self.num_heads), dtype=dt, device=ctx.device)
@@ -96,7 +102,7 @@ class RefRelEmb(per.RelativeEmbedding):
     """Reference relative embedding: a sinusoid of k - q (Transformer-XL style)."""
 
     name = "corpus-relemb"
-    dim = per.Option(int, 8, **EVEN)
+    dim = even(8)
 
     def _embed(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         cos, sin = cos_sin(distance(q, k, ctx=ctx), _omega(self.dim), ctx=ctx)
@@ -107,8 +113,8 @@ class RefLearnedBias(LearnedParams, per.BiasEncoder):
     """Reference learned bias: one learned scalar per head and clipped distance k - q."""
 
     name = "corpus-learned-bias"
-    num_heads = per.Option(int, 2, **POSITIVE)
-    max_distance = per.Option(int, 8, **POSITIVE)
+    num_heads = positive(2)
+    max_distance = positive(8)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"table": (self.num_heads, 2 * self.max_distance + 1)}
@@ -126,7 +132,7 @@ class RefRope(RotaryEncoder):
     """Reference rotary encoder: RoFormer frequencies through ``cos_sin``."""
 
     name = "corpus-rope"
-    dim = per.Option(int, 16, **EVEN)
+    dim = even(16)
 
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         return cos_sin(positions, _omega(self.dim), ctx=ctx)
@@ -137,7 +143,7 @@ class RefMRope(MultiAxisRotary):
 
     name = "corpus-mrope"
     properties = frozenset({"multi-axis"})
-    dim = per.Option(int, 16, **EVEN)
+    dim = even(16)
     num_axes = 3
 
     def _sections(self) -> tuple[int, ...]:
@@ -154,6 +160,18 @@ class RefMRope(MultiAxisRotary):
 
     def text_equivalent(self) -> RotaryEncoder:
         return RefRope(dim=self.dim)
+
+
+def _cache(enc: per.Encoder) -> dict[Any, Any]:
+    """The instance's cache of derived values (``Encoder._cache``), where the mutants keep
+    what they should not."""
+    return enc._cache
+
+
+def _namespace_of(enc: per.Encoder, x: Any) -> Any:
+    backend = enc.services.backend_of(x)
+    assert backend is not None
+    return backend.namespace()
 
 
 REFERENCES: list[per.Encoder] = [RefSin(dim=8), RefTable(), RefBias(), RefRelEmb(),

@@ -10,7 +10,7 @@ import numpy as np
 
 from peregistry.plugin import Ctx, cos_sin, distance
 
-from .references import RefBias, RefLearnedBias, RefRelEmb, _omega
+from .references import RefBias, RefLearnedBias, RefRelEmb, _cache, _namespace_of, _omega
 
 
 class Float16Bias(RefBias):
@@ -32,9 +32,9 @@ class StaleBias(RefBias):
     def _bias(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         key = ("bias", tuple(q.shape), tuple(k.shape), str(dtype), str(ctx.device),
                ctx.backend.name)
-        if key not in self._cache:
-            self._cache[key] = super()._bias(q, k, params=params, ctx=ctx, dtype=dtype)
-        return self._cache[key]
+        if key not in _cache(self):
+            _cache(self)[key] = super()._bias(q, k, params=params, ctx=ctx, dtype=dtype)
+        return _cache(self)[key]
 
 
 class QueryDependentBias(RefBias):
@@ -68,7 +68,7 @@ class BiasIgnoresDtype(RefBias):
     def bias(self, q_positions: Any, k_positions: Any, *, params: Any = None,
              dtype: Any = None) -> Any:
         out = super().bias(q_positions, k_positions, params=params)
-        xp = self.services.backend_of(out).namespace()
+        xp = _namespace_of(self, out)
         return xp.astype(out, xp.float32)
 
 
@@ -127,9 +127,9 @@ class StaleEmbedding(RefRelEmb):
 
     def _embed(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         key = ("embed", tuple(q.shape), tuple(k.shape), str(ctx.device), ctx.backend.name)
-        if key not in self._cache:
-            self._cache[key] = super()._embed(q, k, params=params, ctx=ctx, dtype=dtype)
-        return self._cache[key]
+        if key not in _cache(self):
+            _cache(self)[key] = super()._embed(q, k, params=params, ctx=ctx, dtype=dtype)
+        return _cache(self)[key]
 
 
 class MutatesQueries(RefRelEmb):
@@ -207,7 +207,7 @@ class LearnedBiasStaleTable(RefLearnedBias):
 
     def _bias(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         t = params["table"]
-        t = self._cache.setdefault(("t", tuple(t.shape), str(t.dtype), ctx.backend.name), t)
+        t = _cache(self).setdefault(("t", tuple(t.shape), str(t.dtype), ctx.backend.name), t)
         return super()._bias(q, k, params={"table": t}, ctx=ctx, dtype=dtype)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from peregistry.plugin import Ctx, Frequencies
 from peregistry.rope import inv_freq, rotate_every_two, rotate_half
 
-from .references import RefMRope, RefRope, _omega
+from .references import RefMRope, RefRope, _cache, _namespace_of, _omega
 
 
 class _OwnApply(RefRope):
@@ -20,7 +20,7 @@ class _OwnApply(RefRope):
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0, params: Any = None,
                seq_len: int | None = None) -> Any:
-        ns = self.services.backend_of(x).namespace()
+        ns = _namespace_of(self, x)
         if positions is None:
             positions = offset + ns.arange(x.shape[-2], device=x.device)
         cos, sin = self.cos_sin(positions, dtype=x.dtype)
@@ -100,9 +100,9 @@ class StaleRopeCache(RefRope):
 
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         key = ("cs", tuple(positions.shape), str(ctx.wide), str(ctx.device), ctx.backend.name)
-        if key not in self._cache:
-            self._cache[key] = super()._half_cos_sin(positions, ctx=ctx, seq_len=seq_len)
-        return self._cache[key]  # type: ignore[no-any-return]
+        if key not in _cache(self):
+            _cache(self)[key] = super()._half_cos_sin(positions, ctx=ctx, seq_len=seq_len)
+        return _cache(self)[key]  # type: ignore[no-any-return]
 
 
 class RopeIgnoresDtype(RefRope):
@@ -112,7 +112,7 @@ class RopeIgnoresDtype(RefRope):
 
     def rotate(self, x: Any, positions: Any = None, **kw: Any) -> Any:
         out = super().rotate(x, positions, **kw)
-        xp = self.services.backend_of(out).namespace()
+        xp = _namespace_of(self, out)
         return xp.astype(out, xp.float32)
 
 
