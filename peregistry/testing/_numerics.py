@@ -23,3 +23,11 @@ def max_err(a: Any, b: Any) -> float:
 
 def shape_of(x: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
+
+
+def max_position(probe: Any) -> float:
+    """The largest ``|position|`` of a probe's position arguments (0 for none)."""
+    import numpy as np
+
+    keys = [k for k in probe.args if k not in probe.float_args]
+    return max((float(np.max(np.abs(probe.args[k]), initial=0.0)) for k in keys), default=0.0)

@@ -65,6 +65,10 @@ class RefTable(per.AbsoluteEncoder):
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"table": (self.num_positions, self.dim)}
 
+    def position_range(self) -> tuple[int, int]:
+        """A table of positions: the suite checks that positions past it raise."""
+        return 0, self.num_positions
+
     def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
         return rng.integers(0, self.num_positions, size=shape)
 
