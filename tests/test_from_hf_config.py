@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import BACKENDS
 
 import peregistry as per
 from peregistry.hf_config import (
@@ -21,7 +22,6 @@ from peregistry.hf_config import (
     register_model_conventions,
     unregister_model_conventions,
 )
-from tests.conftest import BACKENDS
 
 LLAMA: dict[str, Any] = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
          "max_position_embeddings": 256}
