@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
 import pytest
+from test_conformance import GoodSin
 
 import peregistry as per
 from peregistry.testing import cases_for, check_encoder, parametrize_with_checks
@@ -29,25 +29,12 @@ def statuses(enc: per.Encoder, backend: str, *checks: str) -> dict[str, tuple[st
     return {r.check: (r.status, r.message) for r in rows}
 
 
-class PlainSin(per.AbsoluteEncoder):
+class PlainSin(GoodSin):
     """A sinusoid as a plugin author writes it, declaring no properties."""
 
     name = "test-plain-sin"
-    continuous = True
+    properties = frozenset()
     dim = per.Option(int, 8)
-
-    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
-        return rng.integers(0, 64, size=shape)
-
-    def _angles(self, positions: Any, ctx: Any) -> Any:
-        xp = ctx.xp
-        i = xp.arange(self.dim // 2, dtype=ctx.wide, device=ctx.device)
-        omega = xp.exp(-(2.0 * i / self.dim) * float(np.log(10000.0)))
-        return xp.astype(positions, ctx.wide)[..., None] * omega
-
-    def _encode(self, positions: Any, *, params: Any, ctx: Any) -> Any:
-        a = self._angles(positions, ctx)
-        return ctx.xp.concat((ctx.xp.sin(a), ctx.xp.cos(a)), axis=-1)
 
 
 class SinTwice(PlainSin):

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from mutants.references import RefTable
 from test_conformance_laws import PlainBias, PlainSin
+from test_one_init_path import PlainInitTable
 
 import peregistry as per
 from peregistry.encoders.rotary import Rotary
-from peregistry.plugin import Ctx, LearnedParams, distance, gather
+from peregistry.plugin import Ctx, distance, gather
 from peregistry.testing import cases_for
 from peregistry.testing._core import selected_backends
 from peregistry.testing._report import run_case
@@ -85,19 +87,12 @@ def test_a_bias_computed_in_float16_is_caught_far_from_zero(backend_name: str) -
 
 
 # -- positions clipped before subtracting ----------------------------------------------------------
-class ClippedFirst(per.RelativeEmbedding):
+class ClippedFirst(PlainInitTable):
     """Shaw's table, but clipping each position to [0, M] before subtracting (the bug)."""
 
     name = "test-clipped-first"
     max_distance = per.Option(int, 8)
     dim = per.Option(int, 4)
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"table": (2 * self.max_distance + 1, self.dim)}
 
     def _embed(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         m = self.max_distance
@@ -111,31 +106,10 @@ def test_clipping_positions_before_subtracting_is_caught(backend_name: str) -> N
 
 
 # -- init ------------------------------------------------------------------------------------------
-class Table(LearnedParams, per.AbsoluteEncoder):
-    """A correct bounded learned table that declares its range."""
+class Table(RefTable):
+    """A correct bounded learned table that declares its range (the corpus's reference)."""
 
     name = "test-table"
-    num_positions = per.Option(int, 16)
-    dim = per.Option(int, 4)
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"table": (self.num_positions, self.dim)}
-
-    def position_range(self) -> tuple[int, int]:
-        return 0, self.num_positions
-
-    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
-        return rng.integers(0, self.num_positions, size=shape)
-
-    def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
-        xp = ctx.xp
-        if bool(xp.any((positions < 0) | (positions >= self.num_positions))):
-            raise ValueError(f"{self.name}: positions must be in 0..{self.num_positions - 1}")
-        return gather(params["table"], positions, axis=0, ctx=ctx)
 
 
 class SeedIgnored(Table):
