@@ -207,16 +207,18 @@ def test_t5() -> None:
 
 
 def test_alibi() -> None:
-    assert opts({"model_type": "bloom", "n_head": 12}) == {"num_heads": 12}
+    assert opts({"model_type": "bloom", "n_head": 12}) == {"num_heads": 12, "max_bias": 8.0}
     assert opts({"model_type": "falcon", "num_attention_heads": 8, "alibi": True}) == \
-        {"num_heads": 8}
+        {"num_heads": 8, "max_bias": 8.0}
     assert enc({"model_type": "falcon", "num_attention_heads": 8, "hidden_size": 64,
                 "alibi": False}).name == "rotary"
     assert opts({"model_type": "mpt", "n_heads": 4, "attn_config": {"alibi": True}}) == \
-        {"num_heads": 4}
-    with pytest.raises(ConfigError, match="alibi_bias_max=16"):
-        enc({"model_type": "mpt", "n_heads": 4,
-             "attn_config": {"alibi": True, "alibi_bias_max": 16}})
+        {"num_heads": 4, "max_bias": 8.0}
+    assert opts({"model_type": "mpt", "n_heads": 4,  # MPT's alibi_bias_max is max_bias
+                 "attn_config": {"alibi": True, "alibi_bias_max": 16}}) == \
+        {"num_heads": 4, "max_bias": 16.0}
+    with pytest.raises(ConfigError, match="MPT's ALiBi slopes for 56 heads"):
+        enc({"model_type": "mpt", "n_heads": 56, "attn_config": {"alibi": True}})
     assert enc({"model_type": "baichuan", "hidden_size": 5120,
                 "num_attention_heads": 40}).name == "alibi"
     assert enc({"model_type": "baichuan", "hidden_size": 4096,

@@ -428,3 +428,39 @@ def test_distance_index_dtype_and_compute_dtype(backend: Any) -> None:
     assert compute_dtype(floats["float32"], ctx=ctx) == floats["float32"]
     if "bfloat16" in floats:
         assert compute_dtype(floats["bfloat16"], ctx=ctx) == floats["float32"]
+
+
+# -- ALiBi's max_bias (issue 16, item 3): MPT's and keras-hub's alibi_bias_max -------------------
+@pytest.mark.parametrize(("heads", "max_bias"), [(8, 8.0), (12, 8.0), (16, 16.0), (12, 12.5)])
+def test_alibi_max_bias_is_the_papers_rule_with_range_b(heads: int, max_bias: float) -> None:
+    """m_h = 2^(-B·h/p) for the largest power of two p <= n heads, then every other slope of
+    2p heads, in float64 from the formula (Press et al. 2022, §3, with B for the paper's 8)."""
+    p = 2 ** int(np.floor(np.log2(heads)))
+    want = [2.0 ** (-max_bias * (h + 1) / p) for h in range(p)]
+    want += [2.0 ** (-max_bias * (2 * h + 1) / (2 * p)) for h in range(heads - p)]
+    enc = per.get_encoder("alibi", num_heads=heads, max_bias=max_bias)
+    np.testing.assert_allclose(enc.slopes, want, rtol=4 * np.finfo(np.float64).eps, atol=0)
+    bias = enc.bias(np.asarray([7]), np.arange(8))
+    np.testing.assert_allclose(bias[:, 0, :], -np.asarray(want)[:, None] * (7 - np.arange(8)),
+                               rtol=4 * np.finfo(np.float64).eps, atol=0)
+
+
+@pytest.mark.parametrize(("heads", "max_bias"), [(8, 8), (16, 16), (4, 12)])
+def test_alibi_max_bias_matches_mpt(heads: int, max_bias: int) -> None:
+    """MPT (transformers' build_mpt_alibi_tensor, float32) for power-of-two head counts; for
+    others MPT interleaves the slopes of the next power of two, a rule of its own."""
+    torch = pytest.importorskip("torch")
+    mpt = pytest.importorskip("transformers.models.mpt.modeling_mpt",
+                              reason="transformers is the reference only in the torch env")
+    seq = 9
+    want = mpt.build_mpt_alibi_tensor(heads, seq, alibi_bias_max=max_bias)[:, 0, :]  # (H, K)
+    enc = per.get_encoder("alibi", num_heads=heads, max_bias=float(max_bias))
+    got = enc.bias(torch.tensor([seq - 1]), torch.arange(seq), dtype=torch.float32)[:, 0, :]
+    tol = 4 * float(torch.finfo(torch.float32).eps) * float(want.abs().max())
+    assert float((got - want).abs().max()) <= tol
+
+
+def test_alibi_max_bias_is_validated() -> None:
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="alibi: option 'max_bias' must be a finite number"):
+            per.get_encoder("alibi", num_heads=8, max_bias=bad)

@@ -169,23 +169,23 @@ class T5Bias(LearnedParams, BiasEncoder):
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------
-def alibi_slopes(num_heads: int) -> list[float]:
+def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
     """Head slopes of ALiBi (Press et al. 2022, §3), as the paper's reference ``get_slopes``.
 
-    For ``n`` a power of two: the geometric sequence ``r, r², …, rⁿ`` with ``r = 2^(-8/n)``
-    (``n = 8``: ``1/2, 1/4, …, 1/256``). Otherwise, with ``p`` the largest power of two below
-    ``n``: the ``p`` slopes of ``p`` heads, then every other slope of ``2p`` heads
-    (``2^(-4/p)^(1, 3, 5, …)``) for the remaining ``n - p`` heads.
+    For ``n`` a power of two: the geometric sequence ``r, r², …, rⁿ`` with ``r = 2^(-B/n)``,
+    ``B = max_bias`` (8 in the paper; ``n = 8``: ``1/2, 1/4, …, 1/256``). Otherwise, with ``p``
+    the largest power of two below ``n``: the ``p`` slopes of ``p`` heads, then every other slope
+    of ``2p`` heads (``2^(-B/2p)^(1, 3, 5, …)``) for the remaining ``n - p`` heads.
     """
 
     def power_of_2(n: int) -> list[float]:
-        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        start = 2.0 ** -(max_bias / n)  # B/n and 8/n are exact: n is a power of two
         return [start * start**i for i in range(n)]
 
     if math.log2(num_heads).is_integer():
         return power_of_2(num_heads)
     p = 2 ** math.floor(math.log2(num_heads))
-    return power_of_2(p) + alibi_slopes(2 * p)[0::2][: num_heads - p]
+    return power_of_2(p) + alibi_slopes(2 * p, max_bias)[0::2][: num_heads - p]
 
 
 class ALiBi(BiasEncoder):
@@ -205,13 +205,18 @@ class ALiBi(BiasEncoder):
     num_heads = Option(int, allowed=f"an integer in 1..{MAX_DIM}",
                        check=lambda n: 0 < n <= MAX_DIM,
                        doc="attention heads; slopes follow the paper's rule", example=8)
+    max_bias = Option(float, 8.0, allowed="a finite number > 0",
+                      check=lambda b: 0 < b < math.inf,
+                      doc="B in the slopes 2^(-B·h/n): 8 in the paper; MPT's and keras-hub's "
+                          "alibi_bias_max")
 
     @property
     def slopes(self) -> tuple[float, ...]:
         """The ``num_heads`` slopes ``m_h`` (float64, host)."""
         s = self._cache.get("slopes")
         if s is None:
-            s = self._cache["slopes"] = tuple(alibi_slopes(int(self._values["num_heads"])))
+            s = self._cache["slopes"] = tuple(alibi_slopes(int(self._values["num_heads"]),
+                                                           float(self._values["max_bias"])))
         return tuple(s)
 
     def __init__(self, **options: Any) -> None:

@@ -37,7 +37,7 @@ __all__ = [
 #: Keys whose presence says "rotary" for a model type the table does not list.
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct",
               "partial_rotary_factor", "qk_rope_head_dim", "rotary_emb_base")
-#: The ALiBi ``max_bias`` peregistry's ``alibi`` has (the paper's 8).
+#: ALiBi's default ``max_bias`` (the paper's 8), MPT's ``alibi_bias_max``.
 _ALIBI_MAX_BIAS = 8
 
 
@@ -113,10 +113,15 @@ def _t5(text: Mapping[str, Any], layer_type: Any, where: str) -> dict[str, Any]:
 def _alibi(text: Mapping[str, Any], where: str) -> dict[str, Any]:
     attn = text.get("attn_config")
     max_bias = attn.get("alibi_bias_max") if isinstance(attn, Mapping) else None
+    heads = _heads(text, where)
+    if isinstance(attn, Mapping) and heads & (heads - 1):
+        # MPT (build_mpt_alibi_tensor) interleaves the slopes of the next power of two.
+        raise ConfigError(f"{where}: MPT's ALiBi slopes for {heads} heads (not a power of two) "
+                          f"follow MPT's own rule, not the paper's that 'alibi' uses")
+    out: dict[str, Any] = {"num_heads": heads}
     if max_bias is not None and max_bias != _ALIBI_MAX_BIAS:
-        raise ConfigError(f"{where}: attn_config.alibi_bias_max={max_bias!r}; 'alibi' has the "
-                          f"paper's max_bias={_ALIBI_MAX_BIAS} only")
-    return {"num_heads": _heads(text, where)}
+        out["max_bias"] = float(max_bias)  # MPT's alibi_bias_max
+    return out
 
 
 def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encoder:

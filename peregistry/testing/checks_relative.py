@@ -90,13 +90,13 @@ def check_causal_future_alike(case: Case) -> None:
                                f"encoder treats all future distances alike")
 
 
-def _paper_slopes(n: int) -> list[float]:
+def _paper_slopes(n: int, max_bias: float = 8.0) -> list[float]:
     import math
 
     p = 2 ** math.floor(math.log2(n))
-    r = 2.0 ** (-8.0 / p)
+    r = 2.0 ** (-max_bias / p)
     first = [r ** (i + 1) for i in range(p)]
-    r2 = 2.0 ** (-4.0 / p)
+    r2 = 2.0 ** (-max_bias / 2 / p)
     return first + [r2 ** (2 * i + 1) for i in range(n - p)]
 
 
@@ -112,12 +112,13 @@ def check_alibi_slopes(case: Case) -> None:
     bwd = _pair(case, [3000], 3000 - d)[:, 0, :]
     slopes = -fwd[:, 1]
     n = slopes.shape[0]
-    want = np.asarray(_paper_slopes(n))
+    # B = 8 in the paper; an encoder may offer another range as ``max_bias`` (MPT's option).
+    want = np.asarray(_paper_slopes(n, float(getattr(case.encoder, "max_bias", 8.0))))
     rel = float(np.max(np.abs(slopes - want) / want))
     if rel > 8 * case.tolerance(name):
         h = int(np.argmax(np.abs(slopes - want) / want))
         raise CheckFailure(f"slope of head {h} = {slopes[h]:.9g}, but should be {want[h]:.9g} "
-                           f"(paper's rule for {n} heads: geometric, ratio 2^(-8/p)); "
+                           f"(paper's rule for {n} heads: geometric, ratio 2^(-B/p)); "
                            f"all: {np.round(slopes, 6).tolist()}")
     lin = -want[:, None] * d[None, :]
     tol = case.tolerance(name, steps=16, scale=float(np.max(np.abs(lin))))
