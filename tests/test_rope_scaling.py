@@ -644,3 +644,28 @@ def test_option_tuple_of_floats() -> None:
         option.convert("o", (math.nan,))
     with pytest.raises(TypeError, match="Option item .* must be int or float"):
         per.Option(tuple, item=str)
+
+
+# -- the softmax-scale factor of DeepSeek's yarn (issue 16, item 3) ------------------------------
+@pytest.mark.parametrize(("mscale", "mscale_all_dim"), [(1.0, 1.0), (0.707, 0.707), (1.0, 0.0),
+                                                        (None, None), (0.0, 2.0)])
+def test_softmax_scale_factor_is_deepseeks_mscale_squared(mscale: Any, mscale_all_dim: Any) -> None:
+    """m(s, k) = 0.1·k·ln(s) + 1 squared, with k = mscale_all_dim when non-zero (DeepSeek-V2/V3
+    multiply their softmax scale by it), in float64 from the formula; 1.0 otherwise."""
+    params = {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+              "mscale": mscale, "mscale_all_dim": mscale_all_dim}
+    enc = per.get_encoder("rotary", dim=64, scaling=params)
+    want = (0.1 * mscale_all_dim * math.log(40.0) + 1.0) ** 2 if mscale_all_dim else 1.0
+    assert enc.softmax_scale_factor == pytest.approx(want, rel=4e-16, abs=0)
+    assert per.get_encoder("rotary", dim=64).softmax_scale_factor == 1.0
+    assert per.get_encoder("rotary", dim=64, scaling={"type": "linear", "factor": 4.0}
+                           ).softmax_scale_factor == 1.0
+
+
+def test_softmax_scale_factor_matches_transformers_deepseek() -> None:
+    ds = pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3",
+                             reason="transformers is the reference only in the torch env")
+    rope = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+    enc = per.get_encoder("rotary", dim=64, scaling=rope)
+    assert enc.softmax_scale_factor == pytest.approx(ds.yarn_apply_mscale(rope, 1.0), rel=1e-15)

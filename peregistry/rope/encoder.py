@@ -112,6 +112,11 @@ class RotaryEncoder(Encoder):
         """Factor on ``cos`` and ``sin`` (1.0 unless a scaling type sets one)."""
         return 1.0
 
+    @property
+    def softmax_scale_factor(self) -> float:
+        """Factor on the attention softmax scale that a scaling asks of the model (1.0)."""
+        return 1.0
+
     def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
         """How the angles depend on the sequence length: ``("none", ())``, ``("piecewise",
         breakpoints)`` or ``("continuous", ())`` (see :mod:`peregistry.rope.scalings`)."""

@@ -39,6 +39,7 @@ class ScalingState:
     params: dict[str, Any]
     attention_factor: float
     frequencies: dict[Any, Frequencies] = field(default_factory=dict)
+    softmax_scale_factor: float = 1.0
 
 
 class ScaledRotary(RotaryEncoder):
@@ -72,7 +73,9 @@ class ScaledRotary(RotaryEncoder):
         self._values["scaling"] = freeze(normalised) if normalised is not None else None
         params = {k: v for k, v in (normalised or {}).items() if k != "type"}
         factor = 1.0 if obj is None else float(obj.attention_factor(rd, theta, params))
-        object.__setattr__(self, "_scaled", ScalingState(obj, params, factor))
+        soft = 1.0 if obj is None else float(obj.softmax_scale_factor(params))
+        object.__setattr__(self, "_scaled",
+                           ScalingState(obj, params, factor, softmax_scale_factor=soft))
         # Host constants for every seq_len the traced code may ask for without a seq_len,
         # computed now (eagerly): torch.compile would otherwise trace the NumPy code.
         self._frequencies(None)
@@ -126,6 +129,12 @@ class ScaledRotary(RotaryEncoder):
     def attention_factor(self) -> float:
         """The factor Hugging Face calls ``attention_scaling``, applied to ``cos`` and ``sin``."""
         return float(self._scaled.attention_factor)
+
+    @property
+    def softmax_scale_factor(self) -> float:
+        """Factor on the attention softmax scale that the scaling asks of the model, outside
+        RoPE (DeepSeek's yarn: ``m(factor, mscale_all_dim)²``; 1.0 for the others)."""
+        return float(self._scaled.softmax_scale_factor)
 
     def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
         sc = self._scaling

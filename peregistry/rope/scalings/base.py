@@ -112,6 +112,11 @@ class RopeScaling:
         """The factor applied to ``cos`` and ``sin`` (1.0 unless the method says otherwise)."""
         return 1.0
 
+    def softmax_scale_factor(self, params: Mapping[str, Any]) -> float:
+        """The factor a model multiplies its attention softmax scale (``1/sqrt(head_dim)``) by
+        because of this scaling, outside RoPE (1.0 unless the method says otherwise)."""
+        return 1.0
+
     def seq_len_breakpoints(self, params: Mapping[str, Any]) -> tuple[int, ...]:
         """For ``"piecewise"`` dependence: increasing ``t_1 < t_2 …`` such that the frequencies
         are constant for ``s`` in ``(-inf, t_1], (t_1, t_2], …``."""
@@ -203,6 +208,10 @@ class _DuckScaling(RopeScaling):
     def attention_factor(self, rotary_dim: int, theta: float, params: Mapping[str, Any]) -> float:
         fn = getattr(self._obj, "attention_factor", None)
         return 1.0 if fn is None else float(fn(rotary_dim, theta, params))
+
+    def softmax_scale_factor(self, params: Mapping[str, Any]) -> float:
+        fn = getattr(self._obj, "softmax_scale_factor", None)
+        return 1.0 if fn is None else float(fn(params))
 
     def seq_len_breakpoints(self, params: Mapping[str, Any]) -> tuple[int, ...]:
         fn = getattr(self._obj, "seq_len_breakpoints", None)

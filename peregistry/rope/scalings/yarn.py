@@ -74,6 +74,12 @@ class Yarn(RopeScaling):
             return float(_yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all))
         return _yarn_mscale(factor)
 
+    def softmax_scale_factor(self, params: Mapping[str, Any]) -> float:
+        """DeepSeek-V2/V3 multiply the softmax scale by ``m(factor, mscale_all_dim)²`` when
+        ``mscale_all_dim`` is non-zero (transformers' ``yarn_apply_mscale``); 1.0 otherwise."""
+        mscale_all = params["mscale_all_dim"]
+        return float(_yarn_mscale(params["factor"], mscale_all) ** 2) if mscale_all else 1.0
+
     def inv_freq(self, rotary_dim: int, theta: float, params: Mapping[str, Any],
                  seq_len: int | None = None) -> np.ndarray[Any, Any]:
         import numpy as np
