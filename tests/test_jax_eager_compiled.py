@@ -67,11 +67,13 @@ def _x64() -> bool:
 
 
 class LoopRope(RotaryEncoder):
-    """A plugin whose hook reads values on the host (Python control flow on positions): it
-    cannot be traced, and must still work eagerly on JAX, as it always did."""
+    """A plugin whose hook reads values on the host (Python control flow on positions) and yet
+    declares that it may be compiled: it cannot be traced, and must still work eagerly on JAX,
+    as it always did."""
 
     name = "test-loop-rope"
     __slots__ = ()
+    _compile_hook_eagerly = True  # wrongly: the hook reads values
     dim = per.Option(int, 8)
 
     def _rotary_dim(self) -> int:
@@ -132,3 +134,30 @@ def test_a_new_shape_compiles_a_few_programs_not_one_per_operation(
         monitoring.unregister_event_duration_listener(listen)
     assert compiled <= 6, compiled
     assert separately >= 3 * compiled, (compiled, separately)
+
+
+class GuardedRope(LoopRope):
+    """A hook that checks values only when it can (eagerly) and skips the check under a trace,
+    without declaring ``_compile_hook_eagerly`` itself: the declaration it inherits does not
+    cover its own hook, which must keep running eagerly, so that the check still raises."""
+
+    name = "test-guarded-rope"
+    __slots__ = ()
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Any, seq_len: int | None) -> tuple[Any, Any]:
+        from peregistry.rope import cos_sin
+
+        if not ctx.backend.is_tracing(positions) and float(ctx.xp.max(positions)) > 1e9:
+            raise ValueError("too far")
+        freqs = Frequencies.from_omega(10000.0 ** (-np.arange(0, 8, 2) / 8))
+        return cos_sin(positions, freqs, ctx=ctx)
+
+
+def test_an_override_of_the_hook_must_declare_itself() -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    enc = GuardedRope()
+    x = jnp.ones((1, 3, 8), jnp.float32)
+    enc.rotate(x, jnp.arange(3))
+    with pytest.raises(ValueError, match="too far"):
+        enc.rotate(x, jnp.arange(3) + 2_000_000_000)
+    assert GuardedRope not in _jax._untraceable

@@ -48,13 +48,23 @@ def _traced_half_cos_sin(static: _Static, pos: Any, seq_len: int | None) -> tupl
     return cos, sin
 
 
+def _declared(klass: type) -> bool:
+    """Whether the class that defines ``_half_cos_sin`` declares, in its own body, that the hook
+    may run traced on eager calls: a hook may read values when not tracing (a range check) and
+    act otherwise under a trace, so an inherited declaration does not cover an override."""
+    owner = next((c for c in klass.__mro__ if "_half_cos_sin" in c.__dict__), None)
+    return owner is not None and bool(owner.__dict__.get("_compile_hook_eagerly", False))
+
+
 def compiled_half_cos_sin(enc: RotaryEncoder, pos: Any, seq_len: int | None) -> tuple[Any, Any] | None:
     """``enc._half_cos_sin`` of concrete ``pos`` as one ``jax.jit`` program (cached per encoder
     identity, shape and dtype; compiled without LLVM optimizations so its bits are those of the
-    operations run one by one), or None where that cannot be done: the class's hook did not
-    trace (then it runs eagerly from now on), or ``pos`` is empty."""
+    operations run one by one), or None where that is not done: the class defining the hook
+    does not declare ``_compile_hook_eagerly = True`` in its body, the hook did not trace (it
+    then runs eagerly from now on), or ``pos`` is empty."""
     global _compiled
-    if type(enc) in _untraceable or pos.size == 0:
+    klass = type(enc)
+    if klass in _untraceable or pos.size == 0 or not _declared(klass):
         return None
     import jax
 
