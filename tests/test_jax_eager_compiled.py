@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import peregistry as per
-from peregistry.rope import Frequencies, RotaryEncoder, _jax, clear_caches
+from peregistry import _jax_eager
+from peregistry.rope import Frequencies, RotaryEncoder, clear_caches
 from peregistry.testing._core import selected_backends
 
 pytestmark = pytest.mark.skipif("jax" not in [b.name for b in selected_backends()],
@@ -28,8 +29,8 @@ CASES = [
 
 def op_by_op(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn the compiled paths off: every operation runs on its own, as before."""
-    monkeypatch.setattr(_jax, "compiled_half_cos_sin", lambda *a: None)
-    monkeypatch.setattr(_jax, "compiled_call", lambda fn, *a, **k: fn(*a, **k))
+    monkeypatch.setattr(_jax_eager, "compiled_hook", lambda *a, **k: None)
+    monkeypatch.setattr(_jax_eager, "compiled_call", lambda fn, *a, **k: fn(*a, **k))
 
 
 @pytest.mark.parametrize(("name", "options"), CASES)
@@ -58,6 +59,44 @@ def test_compiled_eager_calls_give_the_bits_of_op_by_op_execution(
         assert a.dtype == b.dtype and a.shape == b.shape, (i, a.dtype, b.dtype)
         assert np.array_equal(a, b), (i, float(np.max(np.abs(a.astype(np.float64)
                                                              - b.astype(np.float64)))))
+
+
+OTHER_KINDS = [
+    ("sinusoidal", {"dim": 24}, lambda e, p, q, k, x: e.encode(q, dtype=x)),
+    ("sinusoidal", {"dim": 24, "layout": "split"}, lambda e, p, q, k, x: e.encode(q * 0.37)),
+    ("alibi", {"num_heads": 6}, lambda e, p, q, k, x: e.bias(q, k, dtype=x)),
+    ("t5", {"num_heads": 3}, lambda e, p, q, k, x: e.bias(q, k, params=p, dtype=x)),
+    ("shaw", {"max_distance": 9, "dim": 8}, lambda e, p, q, k, x: e.embed(q, k, params=p)),
+    ("transformer-xl", {"dim": 16}, lambda e, p, q, k, x: e.embed(q, k, dtype=x)),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "call"), OTHER_KINDS)
+def test_other_kinds_compiled_give_the_bits_of_op_by_op_execution(
+        name: str, options: dict[str, Any], call: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(4)
+    enc = per.get_encoder(name, **options)
+    params = enc.init(jnp, seed=1) if enc.learned else None
+    q = jnp.asarray(rng.integers(0, 3000, size=(2, 7)))
+    k = jnp.asarray(rng.integers(0, 3000, size=(2, 11)))
+    dt = jnp.float64 if _x64() else jnp.float32
+    taken = []
+    real = _jax_eager.compiled_hook
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        taken.append(out is not None)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(_jax_eager, "compiled_hook", spy)
+        new = np.asarray(call(enc, params, q, k, dt))
+    assert taken == [True]  # the compiled program ran
+    op_by_op(monkeypatch)
+    old = np.asarray(call(per.get_encoder(name, **options), params, q, k, dt))
+    assert new.dtype == old.dtype and new.shape == old.shape
+    assert np.array_equal(new, old), float(np.max(np.abs(new - old)))
 
 
 def _x64() -> bool:
@@ -96,7 +135,7 @@ def test_a_hook_that_cannot_be_traced_runs_eagerly() -> None:
     pos = jnp.arange(5) + 3
     want = np.asarray(per.get_encoder("rotary", dim=8).rotate(x, pos))
     np.testing.assert_allclose(np.asarray(enc.rotate(x, pos)), want, rtol=0, atol=2e-6)
-    assert LoopRope in _jax._untraceable  # remembered: not traced again on every call
+    assert (LoopRope, "_half_cos_sin") in _jax_eager.untraceable  # remembered: not traced again on every call
     with pytest.raises(ValueError, match="too far"):
         enc.rotate(x, pos + 2_000_000_000)
 
@@ -160,4 +199,4 @@ def test_an_override_of_the_hook_must_declare_itself() -> None:
     enc.rotate(x, jnp.arange(3))
     with pytest.raises(ValueError, match="too far"):
         enc.rotate(x, jnp.arange(3) + 2_000_000_000)
-    assert GuardedRope not in _jax._untraceable
+    assert (GuardedRope, "_half_cos_sin") not in _jax_eager.untraceable
