@@ -10,7 +10,7 @@ import itertools
 import operator
 from typing import Any
 
-from .._services import current_services
+from ..registry import default_registry
 
 
 def count(name: str, value: Any, minimum: int) -> int:
@@ -32,7 +32,7 @@ def is_array(x: Any) -> bool:
 
 def is_concrete(x: Any) -> bool:
     """True unless ``x`` is being traced (a JAX tracer, a tensor inside ``torch.compile``)."""
-    backend = current_services().backend_of(x)
+    backend = _services().backend_of(x)
     return backend is None or not backend.is_tracing(x)
 
 
@@ -49,13 +49,27 @@ def host_ints(x: Any) -> list[int]:
     return [int(v) for v in a.reshape(-1)]
 
 
+def namespace(owner: str, name: str, x: Any) -> Any:
+    """The Array API namespace of array ``x`` (array-api-compat's, through the backend adapter:
+    a lookup cached by type, which ``torch.compile`` traces without a graph break)."""
+    backend = _services().backend_of(x)
+    if backend is None:
+        raise TypeError(f"{owner}: {name} must be an array of a registered backend, got "
+                        f"{type(x).__module__}.{type(x).__qualname__}")
+    return backend.namespace()
+
+
+def device_of(x: Any) -> Any:
+    """The device of array ``x`` (as its backend adapter reports it)."""
+    backend = _services().backend_of(x)
+    return x.device if backend is None else backend.device(x)
+
+
 def integer_array(owner: str, name: str, x: Any, *, ndim: int = 1) -> Any:
     """The namespace of ``x``, after checking that ``x`` is an integer array of ``ndim`` dims."""
-    from array_api_compat import array_namespace
-
     if not is_array(x):
         raise TypeError(f"{owner}: {name} must be an integer array, got {type(x).__name__}")
-    xp = array_namespace(x)
+    xp = namespace(owner, name, x)
     if not xp.isdtype(x.dtype, "integral"):
         raise TypeError(f"{owner}: {name} must have an integer dtype, got {x.dtype}")
     if len(x.shape) != ndim:
@@ -131,13 +145,10 @@ def sequence_lengths(cu: Any) -> list[int] | None:
 def target(owner: str, xp: Any, like: Any, device: Any, *arrays: Any) -> tuple[Any, Any]:
     """The output namespace and device: those of the first array in ``arrays``, else
     ``like``'s, else ``xp``'s (a namespace, framework module or backend name), else NumPy's."""
-    from array_api_compat import array_namespace
-    from array_api_compat import device as device_of
-
     for a in (*arrays, like):
         if a is not None and is_array(a):
-            return array_namespace(a), (device_of(a) if device is None else device)
-    registry = current_services()
+            return namespace(owner, "like", a), (device_of(a) if device is None else device)
+    registry = _services()
     backend = registry.backend("numpy") if xp is None else registry.backend_of_namespace(xp)
     return backend.namespace(), device
 
@@ -145,3 +156,10 @@ def target(owner: str, xp: Any, like: Any, device: Any, *arrays: Any) -> tuple[A
 def index_dtype(xp: Any, device: Any) -> Any:
     """The namespace's default integer dtype (int64; int32 for JAX without x64)."""
     return xp.__array_namespace_info__().default_dtypes(device=device)["integral"]
+
+
+
+def _services() -> Any:
+    """The default registry's backend adapters. Not ``current_services()``: its ContextVar
+    lookup is a graph break under ``torch.compile`` (these helpers are called inside models)."""
+    return default_registry

@@ -65,7 +65,7 @@ def shard_ids(ids: Any, num_shards: int, shard_index: int, *, axis: int = -1) ->
         raise ValueError(f"axis={axis} is out of range for ids of shape {tuple(ids.shape)}")
     axis %= ndim
     start, stop = shard_bounds(int(ids.shape[axis]), num_shards, shard_index)
-    index = (slice(None),) * axis + (slice(start, stop),)
+    index = (*(slice(None),) * axis, slice(start, stop), ...)  # "...": the standard indexes all axes
     return ids[index]
 
 
@@ -101,7 +101,7 @@ def zigzag_shard(a: Any, cp_size: int, cp_rank: int, *, axis: int = -1) -> Any:
     the two chunks of :func:`zigzag_bounds` concatenated. Use it on ``x`` (``axis=-2``), on
     position ids (M-RoPE ids ``(3, seq)``: the default) or on a ``positions`` array. The
     result is in ``a``'s namespace and on its device."""
-    from array_api_compat import array_namespace
+    from ._checks import namespace
 
     ndim = len(a.shape)
     if not -ndim <= axis < ndim:
@@ -109,5 +109,5 @@ def zigzag_shard(a: Any, cp_size: int, cp_rank: int, *, axis: int = -1) -> Any:
     axis %= ndim
     (s0, e0), (s1, e1) = zigzag_bounds(int(a.shape[axis]), cp_size, cp_rank)
     lead = (slice(None),) * axis
-    return array_namespace(a).concat([a[(*lead, slice(s0, e0))], a[(*lead, slice(s1, e1))]],
-                                     axis=axis)
+    parts = [a[(*lead, slice(s0, e0), ...)], a[(*lead, slice(s1, e1), ...)]]
+    return namespace("zigzag_shard", "a", a).concat(parts, axis=axis)

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from array_api_compat import device as _device
-
 from ._checks import count, index_dtype, is_array, rank, sequence_lengths, target
 from ._checks import cu_seqlens as _checked_cu
+from ._checks import device_of as _device
 from ._packed import packed_positions
 
 __all__ = ["shard_index", "shard_positions"]

@@ -23,10 +23,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from array_api_compat import device as _device
-
-from ._checks import count, index_dtype, integer_array, is_array
+from ._checks import count, index_dtype, integer_array, is_array, namespace
 from ._checks import cu_seqlens as _checked_cu
+from ._checks import device_of as _device
 
 __all__ = ["pack_ids", "packed_bias", "packed_mask", "packed_positions",
            "positions_from_sequence_ids", "sequence_ids"]
@@ -137,9 +136,7 @@ def packed_bias(enc: Any, cu_seqlens: Any, total: int | None = None, *, index: A
     q_pos = k_pos if index is None else packed_positions(cu_seqlens, total, index=index)
     bias = enc.bias(q_pos, k_pos, params=params, dtype=dtype)
     mask = packed_mask(cu_seqlens, total, index=index, causal=causal)
-    from array_api_compat import array_namespace
-
-    xp = array_namespace(bias)
+    xp = namespace("packed_bias", "enc.bias(...)", bias)
     return xp.where(mask, bias, xp.asarray(-math.inf, dtype=bias.dtype, device=_device(bias)))
 
 
@@ -156,9 +153,7 @@ def pack_ids(ids: Sequence[Any], *, axis: int = -1) -> tuple[Any, Any]:
     if not all(is_array(a) for a in ids):
         raise TypeError("pack_ids: every entry of ids must be an array, got "
                         f"{[type(a).__name__ for a in ids]}")
-    from array_api_compat import array_namespace
-
-    xp = array_namespace(*ids)
+    xp = namespace("pack_ids", "ids[0]", ids[0])
     lengths = [0]
     for a in ids:
         lengths.append(lengths[-1] + count("ids[i].shape[axis]", int(a.shape[axis]), 0))
