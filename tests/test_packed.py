@@ -35,6 +35,10 @@ from peregistry.parallel import (
 LENGTHS = [8, 16, 0, 24, 8]  # uneven, one empty; each a multiple of 2 * cp for cp in (2, 4)
 CU = np.concatenate([[0], np.cumsum(LENGTHS)]).astype(np.int32)
 TOTAL = int(CU[-1])  # 56
+# One x shape and one encoder of each kind across the tests: JAX compiles each op per shape.
+X = np.random.default_rng(0).standard_normal((2, TOTAL, 16))
+ROT = per.get_encoder("rotary", dim=16)
+MROPE = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
 
 
 def ref_positions(lengths: list[int]) -> np.ndarray[Any, Any]:
@@ -101,21 +105,51 @@ def test_packed_bias_masks_other_sequences(backend: Any, xp: Any, name: str) -> 
     assert got.shape == (4, TOTAL, TOTAL)
     seq = np.repeat(np.arange(len(LENGTHS)), LENGTHS)
     assert np.all(np.isneginf(got[:, seq[:, None] != seq[None, :]]))
+    longest = max(LENGTHS)  # each sequence alone = the top-left block of the longest's
+    own = backend.to_numpy(enc.bias(xp.arange(longest), xp.arange(longest), params=params,
+                                     dtype=xp.float32))
     for j, n in enumerate(LENGTHS):
         a = int(CU[j])
-        own = enc.bias(xp.arange(n), xp.arange(n), params=params, dtype=xp.float32)
-        np.testing.assert_array_equal(got[:, a:a + n, a:a + n], backend.to_numpy(own))
+        np.testing.assert_array_equal(got[:, a:a + n, a:a + n], own[:, :n, :n])
+
+
+def test_packed_bias_rows_of_one_rank_and_embed_blocks(backend: Any, xp: Any) -> None:
+    """``index`` (one rank's queries) gives the matching rows of the full masked bias; a
+    relative embedding of packed positions equals each sequence's own on the diagonal blocks."""
+    cu = backend.from_numpy(CU)
+    alibi = per.get_encoder("alibi", num_heads=2)
+    full = backend.to_numpy(packed_bias(alibi, cu, causal=True))
+    idx = shard_index(TOTAL, 4, 1, layout="zigzag", cu_seqlens=cu)
+    rows = backend.to_numpy(packed_bias(alibi, cu, index=idx, causal=True))
+    np.testing.assert_array_equal(rows, full[:, backend.to_numpy(idx)])
+    txl = per.get_encoder("transformer-xl", dim=8)
+    pos = packed_positions(cu)
+    emb = backend.to_numpy(txl.embed(pos, pos, dtype=xp.float32))
+    longest = max(LENGTHS)
+    own = backend.to_numpy(txl.embed(xp.arange(longest), xp.arange(longest), dtype=xp.float32))
+    for j, n in enumerate(LENGTHS):
+        a = int(CU[j])
+        np.testing.assert_array_equal(emb[a:a + n, a:a + n], own[:n, :n])
+
+
+def test_thd_layout_takes_positions_as_a_column(backend: Any, xp: Any) -> None:
+    """TransformerEngine/flash-attention ``thd`` tensors are ``(total, heads, dim)``: positions
+    broadcast against ``x.shape[:-1]``, so they go in as ``pos[:, None]``."""
+    x = backend.from_numpy(X, dtype=xp.float32)  # (heads, total, dim)
+    pos = packed_positions(backend.from_numpy(CU))
+    thd = backend.to_numpy(ROT.rotate(xp.permute_dims(x, (1, 0, 2)), pos[:, None]))
+    np.testing.assert_array_equal(thd, np.transpose(backend.to_numpy(ROT.rotate(x, pos)),
+                                                    (1, 0, 2)))
 
 
 def test_packed_rotate_sinusoidal_and_mrope_per_sequence(backend: Any, xp: Any) -> None:
     """Packed positions give each sequence what it gets alone (float64 NumPy formula for
     rotary: angles p * theta^(-2i/d), half layout)."""
-    rng = np.random.default_rng(0)
-    x_host = rng.standard_normal((2, TOTAL, 16))
+    x_host = X
     x = backend.from_numpy(x_host, dtype=xp.float32)
     cu = backend.from_numpy(CU)
     pos = packed_positions(cu)
-    rot = per.get_encoder("rotary", dim=16)
+    rot = ROT
     got = backend.to_numpy(rot.rotate(x, pos)).astype(np.float64)
     p = ref_positions(LENGTHS)[:, None] * 10000.0 ** (-np.arange(0, 16, 2) / 16)
     cos, sin = np.cos(np.concatenate([p, p], -1)), np.sin(np.concatenate([p, p], -1))
@@ -123,23 +157,21 @@ def test_packed_rotate_sinusoidal_and_mrope_per_sequence(backend: Any, xp: Any) 
     np.testing.assert_allclose(got, x_host * cos + rot_half * sin, atol=2e-6, rtol=0)
     sin_enc = per.get_encoder("sinusoidal", dim=16)
     table = backend.to_numpy(sin_enc.encode(pos))
+    own = backend.to_numpy(sin_enc.encode(xp.arange(max(LENGTHS))))
     for j, n in enumerate(LENGTHS):
-        np.testing.assert_array_equal(table[CU[j]:CU[j] + n], backend.to_numpy(
-            sin_enc.encode(xp.arange(n))))
+        np.testing.assert_array_equal(table[CU[j]:CU[j] + n], own[:n])
     # M-RoPE ids per packed sequence: each sequence's own ids from multimodal, then packed.
     from peregistry.multimodal import Image, Text, position_ids
 
-    mrope = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    mrope = MROPE
     rows = [position_ids([Text(2), Image((1, 4, 4)), Text(2)], like=cu).ids,
-            position_ids([Text(5)], like=cu).ids]
+            position_ids([Text(8)], like=cu).ids]
     ids, cu2 = pack_ids(rows)
-    same(backend, cu2, [0, 8, 13])
-    xm = x[..., :13, :]
-    packed = backend.to_numpy(mrope.rotate(xm, ids))
-    np.testing.assert_array_equal(packed[..., :8, :],
-                                  backend.to_numpy(mrope.rotate(xm[..., :8, :], rows[0])))
-    np.testing.assert_array_equal(packed[..., 8:, :],
-                                  backend.to_numpy(mrope.rotate(xm[..., 8:, :], rows[1])))
+    same(backend, cu2, [0, 8, 16])
+    packed = backend.to_numpy(mrope.rotate(x[..., :16, :], ids))
+    for j in range(2):
+        np.testing.assert_array_equal(packed[..., 8 * j:8 * (j + 1), :], backend.to_numpy(
+            mrope.rotate(x[..., 8 * j:8 * (j + 1), :], rows[j])))
 
 
 @pytest.mark.parametrize(("layout", "packed"),
@@ -150,10 +182,9 @@ def test_each_rank_equals_unsharded_rows(backend: Any, xp: Any, layout: str,
     matching rows of the unsharded rotate, bit for bit; the ranks cover every token once."""
     cp = 4
     rng = np.random.default_rng(1)
-    x = backend.from_numpy(rng.standard_normal((2, 3, TOTAL, 32)), dtype=xp.float32)
+    x = backend.from_numpy(X, dtype=xp.float32)
     ids = backend.from_numpy(rng.integers(0, 60, size=(3, TOTAL)))
-    rot = per.get_encoder("rotary", dim=32)
-    mrope = per.get_encoder("mrope", dim=32, sections=(4, 6, 6))
+    rot, mrope = ROT, MROPE
     cu = backend.from_numpy(CU) if packed else None
     offset = 0 if packed else 7
     whole_pos = packed_positions(cu) if packed else xp.arange(TOTAL) + offset
@@ -170,7 +201,7 @@ def test_each_rank_equals_unsharded_rows(backend: Any, xp: Any, layout: str,
             want = list(range(r * TOTAL // cp, (r + 1) * TOTAL // cp))
         assert host.tolist() == want
         seen += want
-        xl = xp.take(x, idx, axis=2)
+        xl = xp.take(x, idx, axis=1)
         np.testing.assert_array_equal(backend.to_numpy(rot.rotate(xl, pos)), whole[..., host, :])
         np.testing.assert_array_equal(backend.to_numpy(mrope.rotate(xl, xp.take(ids, idx, axis=1))),
                                       whole_m[..., host, :])
@@ -229,8 +260,8 @@ def test_bad_layout_arguments(backend: Any, xp: Any) -> None:
 
 def test_traced_cu_seqlens_under_jit_and_compile(backend: Any, xp: Any) -> None:
     """jax.jit with cu_seqlens and cp_rank traced (static total); torch.compile(fullgraph)."""
-    rot = per.get_encoder("rotary", dim=16)
-    x = backend.from_numpy(np.random.default_rng(2).standard_normal((TOTAL, 16)), dtype=xp.float32)
+    rot = ROT
+    x = backend.from_numpy(X[0], dtype=xp.float32)
     cu = backend.from_numpy(CU)
     want = backend.to_numpy(rot.rotate(x, packed_positions(cu)))
 
