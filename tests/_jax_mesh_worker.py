@@ -17,7 +17,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import peregistry as per
-from peregistry.parallel import packed_positions, shard_index, shard_offset, shard_positions
+from peregistry.parallel import packed_positions, shard_offset, shard_positions, shard_tokens
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 B, H, S, D = 4, 4, 16, 64
@@ -113,8 +113,8 @@ def zigzag_cases(mesh: Any, x_host: Any, ids_host: Any, rot: Any, f_m: Any, ref:
     from a traced, replicated cu_seqlens of uneven lengths). Same shapes as the cases above."""
     cp = mesh.shape["s"]
     cu = jnp.asarray([0, 4, 12, 16], dtype=jnp.int32)  # uneven, each a multiple of 2*cp
-    perm = jnp.concatenate([shard_index(S, cp, r, layout="zigzag", like=cu) for r in range(cp)])
-    perm_p = jnp.concatenate([shard_index(S, cp, r, layout="zigzag", cu_seqlens=cu)
+    perm = jnp.concatenate([shard_tokens(S, cp, r, layout="zigzag", like=cu) for r in range(cp)])
+    perm_p = jnp.concatenate([shard_tokens(S, cp, r, layout="zigzag", cu_seqlens=cu)
                               for r in range(cp)])
     spec_x = P("b", "h", "s", None)
 

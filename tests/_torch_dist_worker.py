@@ -19,9 +19,9 @@ from peregistry.parallel import (
     packed_positions,
     shard_bounds,
     shard_ids,
-    shard_index,
     shard_offset,
     shard_positions,
+    shard_tokens,
     zigzag_shard,
 )
 
@@ -41,7 +41,7 @@ def zigzag(rank: int, world: int, x: torch.Tensor, ids: torch.Tensor,
            rot: per.Encoder, mrope: per.Encoder) -> dict[str, bool]:
     """Zigzag layout: plain (offset 5), M-RoPE, and a packed row of uneven sequences."""
     seq = x.shape[-2]
-    idx = shard_index(seq, world, rank, layout="zigzag", like=x)
+    idx = shard_tokens(seq, world, rank, layout="zigzag", like=x)
     pos = shard_positions(seq, world, rank, layout="zigzag", offset=5, like=x)
     local = zigzag_shard(x, world, rank, axis=-2)
     got_r = gathered(rot.rotate(local, pos), idx, world)
@@ -49,7 +49,7 @@ def zigzag(rank: int, world: int, x: torch.Tensor, ids: torch.Tensor,
     cu = torch.tensor([0, 8, 32, 40, 40, 64], dtype=torch.int32)  # each a multiple of 2*world
     total = int(cu[-1])
     xp_ = torch.randn(2, 4, total, 64, generator=torch.Generator().manual_seed(1))
-    pidx = shard_index(total, world, rank, layout="zigzag", cu_seqlens=cu)
+    pidx = shard_tokens(total, world, rank, layout="zigzag", cu_seqlens=cu)
     ppos = shard_positions(total, world, rank, layout="zigzag", cu_seqlens=cu)
     got_p = gathered(rot.rotate(xp_[..., pidx.long(), :], ppos), pidx, world)
     return {"zigzag_rotary_equal": bool(torch.equal(got_r, rot.rotate(x, offset=5))),

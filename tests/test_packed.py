@@ -26,8 +26,8 @@ from peregistry.parallel import (
     packed_positions,
     positions_from_sequence_ids,
     sequence_ids,
-    shard_index,
     shard_positions,
+    shard_tokens,
     zigzag_bounds,
     zigzag_shard,
 )
@@ -119,7 +119,7 @@ def test_packed_bias_rows_of_one_rank_and_embed_blocks(backend: Any, xp: Any) ->
     cu = backend.from_numpy(CU)
     alibi = per.get_encoder("alibi", num_heads=2)
     full = backend.to_numpy(packed_bias(alibi, cu, causal=True))
-    idx = shard_index(TOTAL, 4, 1, layout="zigzag", cu_seqlens=cu)
+    idx = shard_tokens(TOTAL, 4, 1, layout="zigzag", cu_seqlens=cu)
     rows = backend.to_numpy(packed_bias(alibi, cu, index=idx, causal=True))
     np.testing.assert_array_equal(rows, full[:, backend.to_numpy(idx)])
     txl = per.get_encoder("transformer-xl", dim=8)
@@ -192,7 +192,7 @@ def test_each_rank_equals_unsharded_rows(backend: Any, xp: Any, layout: str,
     whole_m = backend.to_numpy(mrope.rotate(x, ids))
     seen: list[int] = []
     for r in range(cp):
-        idx = shard_index(TOTAL, cp, r, layout=layout, cu_seqlens=cu, like=x)
+        idx = shard_tokens(TOTAL, cp, r, layout=layout, cu_seqlens=cu, like=x)
         pos = shard_positions(TOTAL, cp, r, layout=layout, cu_seqlens=cu, offset=offset, like=x)
         host = backend.to_numpy(idx)
         if layout == "zigzag":
@@ -239,15 +239,15 @@ def test_bad_layout_arguments(backend: Any, xp: Any) -> None:
     cu = backend.from_numpy(np.array([0, 8, 14], dtype=np.int32))
     with pytest.raises(ValueError, match=r"sequence 1 has length 6, which does not divide into "
                                          r"2 \* cp_size = 4 zigzag chunks"):
-        shard_index(14, 2, 0, layout="zigzag", cu_seqlens=cu)
+        shard_tokens(14, 2, 0, layout="zigzag", cu_seqlens=cu)
     with pytest.raises(ValueError, match=r"total=12 tokens do not divide into 8 equal chunks"):
-        shard_index(12, 4, 0, layout="zigzag", like=cu)
+        shard_tokens(12, 4, 0, layout="zigzag", like=cu)
     with pytest.raises(ValueError, match=r"cp_rank must be in \[0, cp_size=4\), got 4"):
-        shard_index(16, 4, 4, like=cu)
+        shard_tokens(16, 4, 4, like=cu)
     with pytest.raises(ValueError, match=r"cp_rank must be in \[0, cp_size=4\), got 5"):
-        shard_index(16, 4, xp.asarray(5), like=cu)
+        shard_tokens(16, 4, xp.asarray(5), like=cu)
     with pytest.raises(ValueError, match=r"layout must be one of .*got 'ring'"):
-        shard_index(16, 4, 0, layout="ring", like=cu)  # type: ignore[arg-type]
+        shard_tokens(16, 4, 0, layout="ring", like=cu)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="seq_len=12 is not divisible into 2 . cp_size = 8"):
         zigzag_bounds(12, 4, 0)
     with pytest.raises(ValueError, match="offset=3 with cu_seqlens"):
@@ -269,7 +269,7 @@ def test_traced_cu_seqlens_under_jit_and_compile(backend: Any, xp: Any) -> None:
         return rot.rotate(x, packed_positions(cu, TOTAL))
 
     def rank_rows(x: Any, cu: Any, r: Any) -> Any:
-        idx = shard_index(TOTAL, 2, r, layout="zigzag", cu_seqlens=cu)
+        idx = shard_tokens(TOTAL, 2, r, layout="zigzag", cu_seqlens=cu)
         pos = shard_positions(TOTAL, 2, r, layout="zigzag", cu_seqlens=cu)
         return rot.rotate(xp.take(x, idx, axis=0), pos)
 
@@ -299,3 +299,31 @@ def test_import_parallel_imports_no_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_distributed_md_examples_give_the_values_shown() -> None:
+    """The python blocks of docs/distributed.md marked ``<!-- runs: tests/test_packed.py -->``
+    run in order in one namespace; every expression line ending in a ``# <literal>`` comment
+    evaluates to that literal."""
+    import ast
+    import math
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "distributed.md").read_text()
+    blocks = text.split("<!-- runs: tests/test_packed.py -->\n```python\n")[1:]
+    assert len(blocks) == 4
+    namespace: dict[str, Any] = {"inf": math.inf}
+    checked = 0
+    for block in (b.split("```", 1)[0] for b in blocks):
+        lines = block.splitlines()
+        for stmt in ast.parse(block).body:
+            code = ast.Module(body=[stmt], type_ignores=[])
+            if not isinstance(stmt, ast.Expr):
+                exec(compile(code, "distributed.md", "exec"), namespace)
+                continue
+            comment = lines[stmt.end_lineno - 1].split("#", 1)[1].split(":")[0].strip()
+            got = eval(compile(ast.Expression(stmt.value), "distributed.md", "eval"), namespace)
+            want = -math.inf if comment == "-inf" else ast.literal_eval(comment)
+            assert got == want, f"{ast.unparse(stmt)}: got {got!r}, docs say {comment}"
+            checked += 1
+    assert checked == 12

@@ -25,13 +25,13 @@ from ._checks import cu_seqlens as _checked_cu
 from ._checks import device_of as _device
 from ._packed import packed_positions
 
-__all__ = ["shard_index", "shard_positions"]
+__all__ = ["shard_positions", "shard_tokens"]
 
 Layout = Literal["contiguous", "zigzag"]
 LAYOUTS = ("contiguous", "zigzag")
 
 
-def shard_index(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "contiguous",
+def shard_tokens(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "contiguous",
                 cu_seqlens: Any = None, xp: Any = None, like: Any = None,
                 device: Any = None) -> Any:
     """The global indices of the ``total / cp_size`` tokens rank ``cp_rank`` holds, in its
@@ -50,7 +50,7 @@ def shard_index(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "con
     :returns: integer array of shape ``(total / cp_size,)``: ``cu_seqlens``'s dtype when given,
         else the namespace's default integer dtype.
     """
-    owner = "shard_index"
+    owner = "shard_tokens"
     total, cp_size, cp_rank = _sizes(owner, total, cp_size, cp_rank, layout, cu_seqlens)
     ns, dev = target(owner, xp, like, device, cu_seqlens,
                      cp_rank if is_array(cp_rank) else None)
@@ -81,17 +81,17 @@ def _chunk_of(ns: Any, first: Any, r: Any, cp_size: int, dt: Any) -> Any:
 def shard_positions(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "contiguous",
                     cu_seqlens: Any = None, offset: int = 0, xp: Any = None, like: Any = None,
                     device: Any = None) -> Any:
-    """The positions of the tokens rank ``cp_rank`` holds (:func:`shard_index`), to pass as
+    """The positions of the tokens rank ``cp_rank`` holds (:func:`shard_tokens`), to pass as
     ``positions`` to ``enc.rotate``/``enc.encode`` on its local block: ``index + offset`` for a
     plain sequence, :func:`~peregistry.parallel.packed_positions` at ``index`` for a packed row
     (positions restart in every sequence; ``offset`` must then be 0). The rank's result equals
-    the matching rows of the unsharded one exactly. Arguments as :func:`shard_index`.
+    the matching rows of the unsharded one exactly. Arguments as :func:`shard_tokens`.
     """
     offset = count("offset", offset, 0)
     if cu_seqlens is not None and offset:
         raise ValueError(f"shard_positions: offset={offset} with cu_seqlens: positions of packed "
                          f"sequences start at 0 in every sequence; offset must be 0")
-    index = shard_index(total, cp_size, cp_rank, layout=layout, cu_seqlens=cu_seqlens, xp=xp,
+    index = shard_tokens(total, cp_size, cp_rank, layout=layout, cu_seqlens=cu_seqlens, xp=xp,
                         like=like, device=device)
     if cu_seqlens is None:
         return index + offset if offset else index
@@ -100,7 +100,7 @@ def shard_positions(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = 
 
 def _sizes(owner: str, total: Any, cp_size: Any, cp_rank: Any, layout: Any,
            cu: Any) -> tuple[int, int, Any]:
-    """Check the arguments of :func:`shard_index`; concrete values only (see module doc)."""
+    """Check the arguments of :func:`shard_tokens`; concrete values only (see module doc)."""
     if layout not in LAYOUTS:
         raise ValueError(f"{owner}: layout must be one of {LAYOUTS}, got {layout!r}")
     total = count("total", total, 0)

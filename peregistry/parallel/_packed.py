@@ -51,7 +51,7 @@ def sequence_ids(cu_seqlens: Any, total: int | None = None, *, index: Any = None
     :param total: the number of tokens (``x.shape[0]`` of a ``thd`` tensor); required when
         ``cu_seqlens`` is traced, checked against ``cu_seqlens[-1]`` when it is concrete.
     :param index: global token indices to report on (e.g. a rank's
-        :func:`~peregistry.parallel.shard_index`); default: all ``total`` tokens.
+        :func:`~peregistry.parallel.shard_tokens`); default: all ``total`` tokens.
     :returns: an array of ``cu_seqlens``'s dtype, namespace and device, shape ``(total,)`` or
         ``index.shape``.
     """
@@ -72,7 +72,7 @@ def packed_positions(cu_seqlens: Any, total: int | None = None, *, index: Any = 
     :param total: the number of tokens; required when ``cu_seqlens`` is traced (``jax.jit``),
         checked against ``cu_seqlens[-1]`` when concrete.
     :param index: only the tokens at these global indices (a context-parallel rank's
-        :func:`~peregistry.parallel.shard_index`); default: all ``total`` tokens.
+        :func:`~peregistry.parallel.shard_tokens`); default: all ``total`` tokens.
     :returns: ``cu_seqlens``'s dtype, namespace and device; shape ``(total,)`` or ``index.shape``.
     """
     xp, n = _checked_cu("packed_positions", cu_seqlens, total)
