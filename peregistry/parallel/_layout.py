@@ -32,10 +32,17 @@ LAYOUTS = ("contiguous", "zigzag")
 
 
 def shard_tokens(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "contiguous",
-                cu_seqlens: Any = None, xp: Any = None, like: Any = None,
-                device: Any = None) -> Any:
+                 cu_seqlens: Any = None, xp: Any = None, like: Any = None,
+                 device: Any = None) -> Any:
     """The global indices of the ``total / cp_size`` tokens rank ``cp_rank`` holds, in its
     local order (``take(x, index, axis=-2)`` gives its block of ``x``).
+
+    With ``l = total / cp_size`` and local token ``u`` in ``[0, l)``: contiguous gives
+    ``r * l + u``; zigzag gives ``u + c * (r if u < c else 2 * cp_size - 2 - r)`` with
+    ``c = l / 2`` (chunks ``r`` and ``2 * cp_size - 1 - r``), and for a packed row the same
+    within each sequence ``j``, with ``u`` counted from ``cu_seqlens[j] / cp_size``,
+    ``c = len_j / (2 * cp_size)`` and ``cu_seqlens[j]`` added (TransformerEngine's
+    ``thd_partition_indices_kernel``; Megatron-core ``get_batch_on_this_cp_rank``).
 
     :param total: tokens in the (packed) row; a static int.
     :param cp_size: number of ranks (TransformerEngine ``cp_size``, ``num_shards``).
@@ -92,7 +99,7 @@ def shard_positions(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = 
         raise ValueError(f"shard_positions: offset={offset} with cu_seqlens: positions of packed "
                          f"sequences start at 0 in every sequence; offset must be 0")
     index = shard_tokens(total, cp_size, cp_rank, layout=layout, cu_seqlens=cu_seqlens, xp=xp,
-                        like=like, device=device)
+                         like=like, device=device)
     if cu_seqlens is None:
         return index + offset if offset else index
     return packed_positions(cu_seqlens, total, index=index)

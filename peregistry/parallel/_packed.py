@@ -8,8 +8,8 @@ sequence ``j = max{i : cu_seqlens[i] <= t}`` has position ``t - cu_seqlens[j]``.
 Every function here computes with ``searchsorted``, ``take`` and arithmetic in the namespace and
 on the device of its array arguments, so it runs under ``jax.jit`` (a traced ``cu_seqlens``
 with a static ``total``) and ``torch.compile``. Concrete ``cu_seqlens`` are checked (start at 0,
-never decrease, end at ``total``); traced ones are not: tokens past a traced
-``cu_seqlens[-1]`` form one more sequence, numbered on from 0.
+never decrease, end at ``total``; reading them is one device-to-host copy); traced ones are
+not: tokens past a traced ``cu_seqlens[-1]`` form one more sequence, numbered on from 0.
 
 Relative kinds (``bias``, ``embed``) pair every query with every key. Packed positions alone
 would pair tokens of *different* sequences as if they were neighbours (token 3 of one sequence
