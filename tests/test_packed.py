@@ -125,11 +125,13 @@ def test_packed_bias_rows_of_one_rank_and_embed_blocks(backend: Any, xp: Any) ->
     txl = per.get_encoder("transformer-xl", dim=8)
     pos = packed_positions(cu)
     emb = backend.to_numpy(txl.embed(pos, pos, dtype=xp.float32))
-    longest = max(LENGTHS)
-    own = backend.to_numpy(txl.embed(xp.arange(longest), xp.arange(longest), dtype=xp.float32))
+    # Dai et al.: sin then cos of (q - k) / 10000^(2i/d); each block is its sequence's own.
+    d = np.arange(max(LENGTHS))[:, None] - np.arange(max(LENGTHS))[None, :]
+    ang = d[..., None] * 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    own = np.concatenate([np.sin(ang), np.cos(ang)], axis=-1)
     for j, n in enumerate(LENGTHS):
         a = int(CU[j])
-        np.testing.assert_array_equal(emb[a:a + n, a:a + n], own[:n, :n])
+        np.testing.assert_allclose(emb[a:a + n, a:a + n], own[:n, :n], atol=1e-5, rtol=0)
 
 
 def test_thd_layout_takes_positions_as_a_column(backend: Any, xp: Any) -> None:
@@ -155,23 +157,21 @@ def test_packed_rotate_sinusoidal_and_mrope_per_sequence(backend: Any, xp: Any) 
     cos, sin = np.cos(np.concatenate([p, p], -1)), np.sin(np.concatenate([p, p], -1))
     rot_half = np.concatenate([-x_host[..., 8:], x_host[..., :8]], -1)
     np.testing.assert_allclose(got, x_host * cos + rot_half * sin, atol=2e-6, rtol=0)
-    sin_enc = per.get_encoder("sinusoidal", dim=16)
-    table = backend.to_numpy(sin_enc.encode(pos))
-    own = backend.to_numpy(sin_enc.encode(xp.arange(max(LENGTHS))))
-    for j, n in enumerate(LENGTHS):
-        np.testing.assert_array_equal(table[CU[j]:CU[j] + n], own[:n])
-    # M-RoPE ids per packed sequence: each sequence's own ids from multimodal, then packed.
+    # Sinusoidal, Vaswani et al.: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...).
+    table = backend.to_numpy(per.get_encoder("sinusoidal", dim=16).encode(pos))
+    want = np.zeros((TOTAL, 16))
+    want[:, 0::2], want[:, 1::2] = np.sin(p), np.cos(p)
+    np.testing.assert_allclose(table, want, atol=2e-6, rtol=0)
+    # M-RoPE ids per packed sequence: each sequence's own ids from multimodal (starting at 0),
+    # packed with their cu_seqlens. (Rotating them: test_each_rank_equals_unsharded_rows.)
     from peregistry.multimodal import Image, Text, position_ids
 
-    mrope = MROPE
     rows = [position_ids([Text(2), Image((1, 4, 4)), Text(2)], like=cu).ids,
             position_ids([Text(8)], like=cu).ids]
     ids, cu2 = pack_ids(rows)
-    same(backend, cu2, [0, 8, 16])
-    packed = backend.to_numpy(mrope.rotate(x[..., :16, :], ids))
-    for j in range(2):
-        np.testing.assert_array_equal(packed[..., 8 * j:8 * (j + 1), :], backend.to_numpy(
-            mrope.rotate(x[..., 8 * j:8 * (j + 1), :], rows[j])))
+    same(backend, cu2, [0, 8, 16], xp.int32)
+    same(backend, ids, np.concatenate([backend.to_numpy(r) for r in rows], axis=-1))
+    assert backend.to_numpy(ids)[:, [0, 8]].tolist() == [[0, 0]] * 3
 
 
 @pytest.mark.parametrize(("layout", "packed"),
