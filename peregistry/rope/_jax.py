@@ -1,9 +1,103 @@
-"""JAX answers of the rope engine, reached only through :mod:`._delegation`: the fusion boundary
-for a cos/sin table under ``jax.jit``, and whether reading an array on the host is cheap."""
+"""JAX answers of the rope engine, reached only through :mod:`._delegation`: eager tables
+compiled as one program, the fusion boundary for a cos/sin table under ``jax.jit``, and whether
+reading an array on the host is cheap."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .encoder import RotaryEncoder
+
+#: XLA options of the eager tables' programs. Without LLVM's optimizations a fused program
+#: gives the bits of running its operations one by one (what eager JAX does, and what
+#: tests/test_golden.py holds); optimized, fusion contracts multiply-adds and moves the last ulp.
+_EAGER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+_lock = threading.Lock()
+_compiled: Callable[..., Any] | None = None
+_compiled_calls: Callable[..., Any] | None = None
+#: Encoder classes whose hook could not be traced (Python control flow on values): eager there.
+_untraceable: set[type] = set()
+
+
+class _Static:
+    """An encoder as a static argument of :func:`jax.jit`: equal encoders (same class, options
+    and scaling class, as their position tables are keyed) share one compiled program."""
+
+    __slots__ = ("enc", "key")
+
+    def __init__(self, enc: RotaryEncoder) -> None:
+        scaled = getattr(enc, "_scaled", None)
+        self.enc = enc
+        self.key = (type(enc), enc, type(getattr(scaled, "scaling", None)))
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and self.key == other.key
+
+
+def _traced_half_cos_sin(static: _Static, pos: Any, seq_len: int | None) -> tuple[Any, Any]:
+    enc = static.enc
+    ctx, (p,) = enc._context(pos)
+    cos, sin = enc._half_cos_sin(p, ctx=ctx, seq_len=seq_len)
+    return cos, sin
+
+
+def _declared(klass: type) -> bool:
+    """Whether the class that defines ``_half_cos_sin`` declares, in its own body, that the hook
+    may run traced on eager calls: a hook may read values when not tracing (a range check) and
+    act otherwise under a trace, so an inherited declaration does not cover an override."""
+    owner = next((c for c in klass.__mro__ if "_half_cos_sin" in c.__dict__), None)
+    return owner is not None and bool(owner.__dict__.get("_compile_hook_eagerly", False))
+
+
+def compiled_half_cos_sin(enc: RotaryEncoder, pos: Any, seq_len: int | None) -> tuple[Any, Any] | None:
+    """``enc._half_cos_sin`` of concrete ``pos`` as one ``jax.jit`` program (cached per encoder
+    identity, shape and dtype; compiled without LLVM optimizations so its bits are those of the
+    operations run one by one), or None where that is not done: the class defining the hook
+    does not declare ``_compile_hook_eagerly = True`` in its body, the hook did not trace (it
+    then runs eagerly from now on), or ``pos`` is empty."""
+    global _compiled
+    klass = type(enc)
+    if klass in _untraceable or pos.size == 0 or not _declared(klass):
+        return None
+    import jax
+
+    if _compiled is None:
+        with _lock:
+            if _compiled is None:
+                _compiled = jax.jit(_traced_half_cos_sin, static_argnums=(0, 2),
+                                    compiler_options=_EAGER_OPTIONS)
+    try:
+        out: tuple[Any, Any] = _compiled(_Static(enc), pos, seq_len)
+    except jax.errors.JAXTypeError:  # Python control flow on values, int(tracer), np.asarray...
+        _untraceable.add(type(enc))
+        return None
+    return out
+
+
+def _call(fn: Callable[..., Any], arrays: tuple[Any, ...],
+          static: tuple[tuple[str, Any], ...]) -> Any:
+    return fn(*arrays, **dict(static))
+
+
+def compiled_call(fn: Callable[..., Any], *arrays: Any, **static: Any) -> Any:
+    """``fn(*arrays, **static)`` for concrete JAX ``arrays`` and hashable ``static`` keywords, as
+    one program compiled per shape without LLVM optimizations (the bits of eager execution)."""
+    global _compiled_calls
+    if _compiled_calls is None:
+        import jax
+
+        with _lock:
+            if _compiled_calls is None:
+                _compiled_calls = jax.jit(_call, static_argnums=(0, 2),
+                                          compiler_options=_EAGER_OPTIONS)
+    return _compiled_calls(fn, arrays, tuple(sorted(static.items())))
 
 
 def materialize(*arrays: Any) -> tuple[Any, ...]:
@@ -28,6 +122,13 @@ def materialize(*arrays: Any) -> tuple[Any, ...]:
     pred = jnp.isfinite(jnp.reshape(arrays[0], (-1,))[0])
     return tuple(jax.lax.cond(pred, lambda a: a, lambda a: tuple(v + 0 for v in a),
                               tuple(arrays)))
+
+
+def is_tracer(x: Any) -> bool:
+    """Whether ``x`` is staged by a trace (``jax.jit``, ``grad``, ``vmap``, ...)."""
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
 
 
 def reads_cheaply(x: Any) -> bool:
