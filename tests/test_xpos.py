@@ -327,6 +327,37 @@ def test_matches_rotary_embedding_torch_as_shipped_float32() -> None:
     torch.testing.assert_close(enc.rotate_keys(k), rk, rtol=2e-5, atol=2e-5)  # type: ignore[attr-defined]
 
 
+def test_rotary_embedding_torch_cached_keys_centers_q_and_k_apart() -> None:
+    """Its rotate_queries_with_cached_keys centers the queries' scale on q_len//2 and the keys'
+    on k_len//2 (two origins), so its logits carry an extra ζ^((k_len//2 - q_len//2)/B) and
+    differ from rotate_queries_and_keys's: xpos reproduces them only with two encoders, and
+    one scale_origin gives the relative logits (docs/rotary.md)."""
+    import torch
+
+    ret = _ret()
+    rd = 16
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+        ref = ret.RotaryEmbedding(dim=rd, custom_freqs=freqs, use_xpos=True,
+                                  cache_if_possible=False)
+    finally:
+        torch.set_default_dtype(old)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, 4, rd, dtype=torch.float64, generator=g)
+    k = torch.randn(1, 2, 64, rd, dtype=torch.float64, generator=g)
+    rq, rk = ref.rotate_queries_with_cached_keys(q, k)
+    theirs = rq @ rk.transpose(-1, -2)
+    enc = per.get_encoder("xpos", dim=rd)
+    two = (enc.replace(scale_origin=2.0).rotate_queries(q, offset=60)  # type: ignore[attr-defined]
+           @ enc.replace(scale_origin=32.0).rotate_keys(k).transpose(-1, -2))  # type: ignore[attr-defined]
+    tol = 1e-12 * float(theirs.abs().max())
+    torch.testing.assert_close(two, theirs, rtol=1e-12, atol=tol)
+    ours = enc.rotate_queries(q, offset=60) @ enc.rotate_keys(k).transpose(-1, -2)  # type: ignore[attr-defined]
+    assert float((ours - theirs).abs().max()) > 1e-3 * float(ours.abs().max())
+
+
 # -- the conformance suite ------------------------------------------------------------------------
 @parametrize_with_checks([
     ("xpos", {"dim": 16}),

@@ -88,8 +88,8 @@ class XPos(RotaryEncoder):
                         doc="features rotated and scaled (rotary-embedding-torch's dim); the "
                             "rest pass through")
     layout = Option(str, "interleaved", choices=PAIR_LAYOUT.choices,
-                    doc="'interleaved': pairs (2i, 2i+1), torchscale/rotary-embedding-torch; "
-                        "'half': (i, i+d/2), x-transformers")
+                    doc="'interleaved': pairs (2i, 2i+1), torchscale/rotary-embedding-torch/"
+                        "x-transformers; 'half': (i, i+d/2)")
     scale_base = Option(float, 512.0, allowed="a finite number > 0", check=lambda b: b > 0,
                         doc="B in ζ^(p/B) (rotary-embedding-torch xpos_scale_base)")
     gamma = Option(float, 0.4, allowed="a finite number > 0", check=lambda g: g > 0,
