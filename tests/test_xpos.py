@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import peregistry as per
-from peregistry.testing import Case, parametrize_with_checks
+from peregistry.backends._torch import COMPILE_BACKEND_ENV
+from peregistry.testing import Case, cases_for, parametrize_with_checks
 from peregistry.testing._core import EPS, selected_backends
 
 SELECTED = [b.name for b in selected_backends()]
@@ -364,4 +365,19 @@ def test_rotary_embedding_torch_cached_keys_centers_q_and_k_apart() -> None:
     ("xpos", {"dim": 24, "rotary_dim": 16, "layout": "half", "scale_origin": 100.0}),
 ])
 def test_conformance(case: Case) -> None:
+    case.run()
+
+
+def _inductor_cases() -> list[Any]:
+    if "torch" not in SELECTED:
+        return []
+    return [pytest.param(c, id=c.id) for c in cases_for(
+        [("xpos", {"dim": 64})], backends="torch",
+        checks=["check_jit", "check_rotary_jit_traces_once"])]
+
+
+@pytest.mark.parametrize("case", _inductor_cases())
+def test_torch_compile_with_inductor(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scale lives in the tables, which inductor compiles like rotary's."""
+    monkeypatch.setenv(COMPILE_BACKEND_ENV, "inductor")
     case.run()
