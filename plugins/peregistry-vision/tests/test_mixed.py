@@ -177,6 +177,24 @@ def test_torch_autograd_reaches_the_frequencies() -> None:
     assert float(freqs.grad.abs().sum()) > 0
 
 
+def test_torch_encoder_module_trains_the_frequencies() -> None:
+    """peregistry.torch.EncoderModule holds freqs as an nn.Parameter; forward rotates with it."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    torch = pytest.importorskip("torch")
+    from peregistry.torch import EncoderModule
+
+    enc = per.get_encoder("rope-mixed", dim=16, num_heads=2)
+    module = EncoderModule(enc)
+    assert [n for n, _ in module.named_parameters()] == ["params.freqs"]
+    x = torch.randn(1, 9, 16)
+    pos = torch.from_numpy(xy_positions(3, 3))
+    out = module(x, pos)
+    torch.testing.assert_close(out, enc.rotate(x, pos, params=enc.init(torch, seed=0)))  # type: ignore[attr-defined]
+    out.square().sum().backward()
+    assert module.params["freqs"].grad is not None
+
+
 def test_bad_options_and_calls() -> None:
     with pytest.raises(ValueError, match=r"rope-mixed: option 'dim' must be num_heads \(3\) × "
                                          r"head_dim with head_dim a positive multiple of 4, got 16"):
