@@ -38,7 +38,7 @@ def _arr(backend: Any, a: Any, dtype: str | None = None) -> Any:
 # -- the paper's formula in float64, one pair at a time -------------------------------------------
 def ref_scale(pos: np.ndarray, i: int, rd: int, *, role: str = "query", scale_base: float = 512.0,
               gamma: float = 0.4, origin: float = 0.0) -> np.ndarray:
-    """ζ_i^(±(p - o)/B), ζ_i = (2i/d + γ)/(1 + γ) (Sun et al. 2022, §3.2)."""
+    """ζ_i^(±(p - o)/B), ζ_i = (2i/d + γ)/(1 + γ) (Sun et al. 2022, §3)."""
     zeta = (2.0 * i / rd + gamma) / (1.0 + gamma)
     sign = 1.0 if role == "query" else -1.0
     return np.power(zeta, sign * (np.asarray(pos, dtype=np.float64) - origin) / scale_base)

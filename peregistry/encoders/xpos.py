@@ -53,7 +53,7 @@ Role = Literal["query", "key"]
 
 def xpos_zeta(rotary_dim: int, gamma: float = 0.4) -> list[float]:
     """xPos's per-pair bases ``ζ_i = (2i/d + γ)/(1 + γ)``, ``i = 0 … d/2 - 1`` (Sun et al.
-    2022, §3.2; torchscale and rotary-embedding-torch compute ``(2i + 0.4·d)/(1.4·d)``)."""
+    2022, §3; torchscale and rotary-embedding-torch compute ``(2i + 0.4·d)/(1.4·d)``)."""
     d = int(rotary_dim)
     return [(2.0 * i / d + gamma) / (1.0 + gamma) for i in range(d // 2)]
 

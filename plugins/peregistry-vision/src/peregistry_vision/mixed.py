@@ -1,5 +1,5 @@
 """RoPE-Mixed: 2-D rotary position embedding with learnable frequencies per head (Heo et al.
-2024, "Rotary Position Embedding for Vision Transformer", arXiv:2403.13298, §3.2; timm
+2024, "Rotary Position Embedding for Vision Transformer", arXiv:2403.13298, §3; timm
 ``RotaryEmbeddingMixed``; naver-ai/rope-vit ``rope_mixed``).
 
 Pair ``j`` of head ``h`` of a token at ``(x, y)`` (column, row of the patch grid) rotates by
