@@ -107,7 +107,10 @@ def check_rotary_relative(case: Case) -> None:
         rq, rk = both[: m.size], both[m.size:]
         dots = np.sum(rq * rk, axis=-1)
         spread = float(dots.max() - dots.min())
-        tol = case.tolerance(name, steps=256, scale=scale)
+        # and each angle p·ω, rounded in the dtype, is off by up to |p|·eps/2 (ω <= 1)
+        reach = float(np.max(np.abs(np.concatenate([m, n]))))
+        tol = case.tolerance(name, steps=256, scale=scale) + case.tolerance(
+            name, steps=2, scale=scale * reach)
         if spread > tol:
             raise CheckFailure(f"<R(m)q, R(m-{delta})k> varies with m by {spread:.3g}, but "
                                f"should depend only on m - n (tolerance {tol:.3g})")
