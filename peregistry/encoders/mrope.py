@@ -24,7 +24,16 @@ from __future__ import annotations
 from .._hooks import hookimpl
 from .._options import Option
 from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
-from .rotary import HEAD_DIM, PAIR_LAYOUT, SCALING, THETA
+from .rotary import (
+    DIRECTION,
+    HEAD_DIM,
+    PAIR_LAYOUT,
+    ROTARY_DIM,
+    ROTARY_FEATURES,
+    SCALING,
+    THETA,
+    check_rotary_dim,
+)
 
 __all__ = ["MRope", "axis_of_pairs"]
 
@@ -55,7 +64,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
     dim = HEAD_DIM
     theta = THETA
-    sections = Option(tuple, allowed="a non-empty sequence of integers >= 0 summing to dim/2",
+    sections = Option(tuple, allowed="a non-empty sequence of integers >= 0 summing to "
+                      "rotary_dim/2",
                       check=lambda s: len(s) > 0 and all(v >= 0 for v in s),
                       doc="frequency pairs per axis (HF mrope_section), e.g. 16,24,24",
                       example=(8, 12, 12))
@@ -63,12 +73,17 @@ class MRope(MultiAxisRotary, ScaledRotary):
     interleaved = Option(bool, False,
                          doc="False: contiguous bands (Qwen2-VL); True: axes cycle (Qwen3-VL)")
     scaling = SCALING
+    rotary_dim = ROTARY_DIM
+    rotary_features = ROTARY_FEATURES
+    direction = DIRECTION
 
     def _validate(self) -> None:
-        dim, sections = self._values["dim"], self._values["sections"]
-        if sum(sections) != dim // 2:
+        check_rotary_dim(self)
+        sections, rd = self._values["sections"], self._rotary_dim()
+        what = "dim/2" if self._values["rotary_dim"] is None else "rotary_dim/2"
+        if sum(sections) != rd // 2:
             raise self._invalid("sections", sections,
-                                f"integers summing to dim/2 = {dim // 2} (they sum to "
+                                f"integers summing to {what} = {rd // 2} (they sum to "
                                 f"{sum(sections)})")
         if self._values["interleaved"]:
             axes = axis_of_pairs(sections, interleaved=True)
@@ -76,7 +91,7 @@ class MRope(MultiAxisRotary, ScaledRotary):
             if counts != sections:
                 raise self._invalid(
                     "sections", sections,
-                    f"sections that can be interleaved over {dim // 2} pairs (axis a > 0 takes "
+                    f"sections that can be interleaved over {rd // 2} pairs (axis a > 0 takes "
                     f"pairs a, a+A, ... below A·sections[a]; these give {counts})")
         super()._validate()
 
@@ -88,7 +103,10 @@ class MRope(MultiAxisRotary, ScaledRotary):
         """The ``rotary`` encoder this one equals on text tokens (all axes equal)."""
         v = self.options
         enc = self.services.get_encoder("rotary", dim=v["dim"], theta=v["theta"],
-                                         layout=v["layout"], scaling=v["scaling"])
+                                         layout=v["layout"], scaling=v["scaling"],
+                                         rotary_dim=v["rotary_dim"],
+                                         rotary_features=v["rotary_features"],
+                                         direction=v["direction"])
         assert isinstance(enc, RotaryEncoder)
         return enc
 

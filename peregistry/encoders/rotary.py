@@ -37,7 +37,7 @@ from .._options import MAX_DIM, Option
 from ..rope.encoder import RotaryEncoder
 from ..rope.scaled import ScaledRotary
 
-__all__ = ["Rotary", "ScaledRotary"]
+__all__ = ["Rotary", "ScaledRotary", "check_rotary_dim"]
 
 
 #: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.
@@ -52,6 +52,24 @@ PAIR_LAYOUT = Option(str, "half", choices=("half", "interleaved"),
 SCALING = Option(dict, None, nullable=True,
                  allowed="None or a dict with 'type' and that type's parameters",
                  doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
+ROTARY_DIM = Option(int, None, nullable=True,
+                    allowed="None (= dim) or a positive even integer <= dim",
+                    check=lambda r: r > 0 and r % 2 == 0,
+                    doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
+ROTARY_FEATURES = Option(str, "first", choices=("first", "last"),
+                         doc="which rotary_dim features rotate: 'first' ([rope | pass], "
+                             "GPT-NeoX/Phi) or 'last' ([pass | rope], DeepSeek-V4)")
+DIRECTION = Option(str, "positive", choices=("positive", "negative"),
+                   doc="sign of the angle: 'positive' turns pairs by +p·ω (RoFormer), "
+                       "'negative' by -p·ω (nanochat)")
+
+
+def check_rotary_dim(enc: RotaryEncoder) -> None:
+    """``rotary_dim`` must not exceed ``dim`` (an error naming both)."""
+    dim, rd = enc._values["dim"], enc._values["rotary_dim"]
+    if rd is not None and rd > dim:
+        raise enc._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
+                           f"<= dim ({dim})")
 
 
 class Rotary(ScaledRotary):
@@ -63,18 +81,14 @@ class Rotary(ScaledRotary):
 
     dim = HEAD_DIM
     theta = THETA
-    rotary_dim = Option(int, None, nullable=True,
-                        allowed="None (= dim) or a positive even integer <= dim",
-                        check=lambda r: r > 0 and r % 2 == 0,
-                        doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
+    rotary_dim = ROTARY_DIM
     layout = PAIR_LAYOUT
     scaling = SCALING
+    rotary_features = ROTARY_FEATURES
+    direction = DIRECTION
 
     def _validate(self) -> None:
-        dim, rd = self._values["dim"], self._values["rotary_dim"]
-        if rd is not None and rd > dim:
-            raise self._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
-                                f"<= dim ({dim})")
+        check_rotary_dim(self)
         super()._validate()
 
 

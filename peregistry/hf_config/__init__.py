@@ -19,7 +19,7 @@ from ._conventions import (
     register_model_conventions,
     unregister_model_conventions,
 )
-from ._layers import NoPositionalEncodingError, layer_rope
+from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
 from ._rope import ConfigError, rotary_options
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default
     rope = layer_rope(text, layer_type, where)
+    text = {**text, **layer_overrides(text, layer_type, where)}  # Gemma 4's global head_dim
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,
                                    registered=registered_scalings())

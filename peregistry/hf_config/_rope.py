@@ -57,6 +57,16 @@ def _theta(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
     return float(value)
 
 
+def _consumes_partial(kind: str, registered: Mapping[str, Any]) -> bool:
+    """Whether the scaling type ``kind`` takes ``partial_rotary_factor`` as its own parameter
+    (``proportional``: the unrotated pairs stay inside the full-width half layout) instead of
+    it meaning a smaller ``rotary_dim``."""
+    from ..rope.scalings import as_scaling, parameter_options
+
+    return kind in registered and "partial_rotary_factor" in parameter_options(
+        as_scaling(registered[kind]))
+
+
 def _rotary_dim(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
                 dim: int) -> int:
     if config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
@@ -92,7 +102,8 @@ def _scaling(kind: str, rope: Mapping[str, Any], config: Mapping[str, Any], wher
                           f"registered: {', '.join(sorted(registered))} (plugins add types "
                           f"through the peregistry_rope_scalings hook)")
     declared = parameter_options(as_scaling(registered[kind]))
-    params = {k: v for k, v in rope.items() if k not in _NOT_SCALING and k in declared}
+    params = {k: v for k, v in rope.items() if k in declared
+              and (k not in _NOT_SCALING or k == "partial_rotary_factor")}
     max_pos = config.get("max_position_embeddings")
     if kind == "dynamic" and max_pos is not None:  # transformers: always max_position_embeddings
         params["original_max_position_embeddings"] = max_pos
@@ -115,12 +126,13 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     ``rope_parameters``, or the 4.x ``rope_scaling`` with ``rope_theta`` beside it)."""
     dim = head_dim(config, model_type)
     theta = _theta(rope, config, model_type, default_theta)
-    rotary_dim = _rotary_dim(rope, config, model_type, dim)
     kind = rope.get("rope_type") or rope.get("type") or "default"
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
-    kind = conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind)
-    scaling = _scaling(str(kind), rope, config, where, registered)
+    kind = str(conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind))
+    rotary_dim = (dim if _consumes_partial(kind, registered)
+                  else _rotary_dim(rope, config, model_type, dim))
+    scaling = _scaling(kind, rope, config, where, registered)
     layout = _layout(config, model_type)
     sections = rope.get("mrope_section") or conventions_of(model_type).get("mrope_section")
     if sections is None:
