@@ -17,10 +17,12 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
 * ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
   layer is NoPE when ``no_rope_layers`` is empty or absent);
+* ``rotary_features="last"``: partial rotary on the last features of the head (DeepSeek-V4's
+  ``[nope | rope]``); ``direction="negative"``: pairs turn by ``-p·ω`` (nanochat);
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
-  a rotary encoder that looks right (GLM-4V, Qwen3.5, Ernie-4.5-VL, HunYuan-VL M-RoPE).
+  a rotary encoder that looks right (GLM-Image, Ernie-4.5-VL, HunYuan-VL M-RoPE).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ _KEYS: dict[str, str] = {
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
     "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
     "rope_type_aliases": "a dict {config's rope_type: the type it means}",
+    "rotary_features": "'first' or 'last': which rotary_dim features of the head rotate",
+    "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
 }
@@ -81,8 +85,6 @@ _TABLE: dict[str, dict[str, Any]] = {
        for t in ("blt_global_transformer", "blt_local_encoder", "blt_local_decoder")},
     "blt": {"unsupported": "a BLT config holds several transformers: pass one of its "
                            "sub-configs (global_config, encoder_config, decoder_config)"},
-    "deepseek_v4": {"unsupported": "it rotates the last features of the head ([nope | rope]), "
-                                   "which peregistry's rotary does not do yet"},
     # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
     "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
     "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
@@ -101,16 +103,27 @@ _TABLE: dict[str, dict[str, Any]] = {
     "mistral_large4": {**_INTERLEAVED, "no_rope_layer_interval": 4},  # as deepseek_v3
     "mistral_large4_text": {**_INTERLEAVED, "no_rope_layer_interval": 4},
     "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
-    # M-RoPE variants peregistry does not have yet (partial rotary, interleaved pairs, own axis
-    # maps), or whose conventions were not checked against the model's code
-    **{t: {"unsupported": "its M-RoPE variant (partial rotary, interleaved pairs or its own "
-                          "axis map) is not among peregistry's encoders yet"}
-       for base in ("glm4v", "glm4v_moe", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "qwen3_5",
-                    "qwen3_5_moe", "qwen4_exp", "hunyuan_vl")
+    # M-RoPE with partial rotary and Qwen3-VL's interleaved axes (recomposition_frequencies)
+    **{t: {"mrope_interleaved": True, "mrope_section": (11, 11, 10)}
+       for base in ("qwen3_5", "qwen3_5_moe", "qwen4_exp") for t in (base, f"{base}_text")},
+    **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
+       for t in ("cosmos3_edge", "cosmos3_edge_text")},
+    # GLM-4V: contiguous M-RoPE bands, pairs (2i, 2i+1) (repeat_interleave, rotate_half_llm)
+    **{t: {**_INTERLEAVED, "mrope_section": (8, 12, 12)}
+       for base in ("glm4v", "glm_ocr") for t in (base, f"{base}_text")},
+    **{t: {"mrope_section": (8, 12, 12)} for t in ("glm4v_moe", "glm4v_moe_text")},
+    # M-RoPE variants peregistry does not have yet (their own axis maps), or whose conventions
+    # were not checked against the model's code
+    **{t: {"unsupported": "its M-RoPE variant (its own axis-to-pair map) is not among "
+                          "peregistry's encoders yet"}
+       for base in ("glm_image", "ernie4_5_vl_moe", "hunyuan_vl")
        for t in (base, f"{base}_text")},
     **{t: {"unsupported": "its M-RoPE conventions are not checked against its code yet"}
-       for base in ("cohere_compass", "cosmos3_edge", "paddleocr_vl", "qwen3_omni_moe")
+       for base in ("cohere_compass", "paddleocr_vl", "qwen3_omni_moe")
        for t in (base, f"{base}_text")},
+    # the rotation's other conventions
+    "nanochat": {"direction": "negative"},                  # rotate_half returns [x2, -x1]
+    "deepseek_v4": {**_INTERLEAVED, "rotary_features": "last"},  # x[..., -rope_dim:]
     # other positional encodings
     "bloom": {"encoding": "alibi"}, "baichuan": {"encoding": _baichuan},
     "t5": {"encoding": "t5"}, "mt5": {"encoding": "t5"}, "umt5": {"encoding": "t5"},
@@ -136,6 +149,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
+    "rotary_features": lambda v: v in ("first", "last"),
+    "direction": lambda v: v in ("positive", "negative"),
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
 }

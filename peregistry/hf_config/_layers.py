@@ -133,6 +133,11 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
     return dict(types[layer_type])
 
 
+#: The ``per_layer_config`` keys that change a layer's rotary embedding.
+_ROPE_SHAPING = frozenset({"head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads",
+                           "partial_rotary_factor", "rope_parameters", "rotary_dim"})
+
+
 def layer_overrides(text: Mapping[str, Any], layer_type: str | int | None,
                     where: str) -> dict[str, Any]:
     """The ``per_layer_config`` overrides of the layers ``layer_type`` selects (Gemma 4's
@@ -149,7 +154,14 @@ def layer_overrides(text: Mapping[str, Any], layer_type: str | int | None,
         idx = list(range(count))
     else:
         idx = [i for i, t in enumerate(layer_types) if t == layer_type]
-    found = [dict(per_layer.get(str(i)) or per_layer.get(i) or {}) for i in idx]
+    by_index: dict[int, Any] = {}
+    for key, value in per_layer.items():
+        try:
+            by_index[int(key)] = value  # JSON keys are strings, zero-padded ("05")
+        except (TypeError, ValueError):
+            continue
+    found = [{k: v for k, v in dict(by_index.get(i) or {}).items() if k in _ROPE_SHAPING}
+             for i in idx]
     if any(f != found[0] for f in found):
         what = "the layers" if layer_type is None else f"the layers of type {layer_type!r}"
         raise ConfigError(f"{where}: {what} differ in per_layer_config ({found[0]} vs "

@@ -134,18 +134,17 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
                   else _rotary_dim(rope, config, model_type, dim))
     scaling = _scaling(kind, rope, config, where, registered)
     layout = _layout(config, model_type)
-    sections = rope.get("mrope_section") or conventions_of(model_type).get("mrope_section")
+    conv = conventions_of(model_type)
+    common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
+              "rotary_dim": None if rotary_dim == dim else rotary_dim,
+              **{k: conv[k] for k in ("rotary_features", "direction") if k in conv}}
+    sections = rope.get("mrope_section") or conv.get("mrope_section")
     if sections is None:
-        return "rotary", {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
-                          "rotary_dim": None if rotary_dim == dim else rotary_dim}
-    if rotary_dim != dim:
-        raise ConfigError(f"{where}: M-RoPE with partial rotary (mrope_section={list(sections)}, "
-                          f"rotary_dim={rotary_dim} of head_dim={dim}) is not supported yet: "
-                          f"'mrope' rotates the whole head")
+        return "rotary", common
     interleaved = _number(rope, "mrope_interleaved")
     if interleaved is None:
         interleaved = _number(config, "mrope_interleaved")
     if interleaved is None:
         interleaved = conventions_of(model_type).get("mrope_interleaved", False)
-    return "mrope", {"dim": dim, "theta": theta, "sections": tuple(int(s) for s in sections),
-                     "layout": layout, "interleaved": bool(interleaved), "scaling": scaling}
+    return "mrope", {**common, "sections": tuple(int(s) for s in sections),
+                     "interleaved": bool(interleaved)}
