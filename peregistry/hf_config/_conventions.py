@@ -78,6 +78,8 @@ _TABLE: dict[str, dict[str, Any]] = {
     "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
+    # apply_rotary_pos_emb_interleave always (output de-interleaved, as DeepSeek-V3's flag)
+    "bailing_hybrid": _INTERLEAVED, "longcat_flash": _INTERLEAVED, "glm_moe_dsa": _INTERLEAVED,
     "moonshine": {**_INTERLEAVED, "partial_rotary_factor": 0.9},  # x[..., 0::2] / x[..., 1::2]
     "moonshine_streaming": _INTERLEAVED, "moonshine_streaming_encoder": _INTERLEAVED,
     "openai_privacy_filter": {**_INTERLEAVED, "theta": 150000.0},  # stack(...).flatten(-2)

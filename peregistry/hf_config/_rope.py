@@ -33,7 +33,9 @@ def _number(config: Mapping[str, Any], *keys: str) -> Any:
 def head_dim(config: Mapping[str, Any], model_type: str) -> int:
     """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim``, else ``hidden_size //
     num_attention_heads`` (transformers' rule; the GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
-    value = _number(config, "qk_rope_head_dim", "head_dim")
+    # [nope | rope] heads (DeepSeek-V4) are head_dim wide, their last qk_rope_head_dim rotate
+    last = conventions_of(model_type).get("rotary_features") == "last"
+    value = _number(config, "head_dim") if last else _number(config, "qk_rope_head_dim", "head_dim")
     if value is not None:
         return int(value)
     hidden = _number(config, "hidden_size", "n_embd", "d_model")
