@@ -129,8 +129,27 @@ def test_mrope_sections_and_interleaving() -> None:
     assert opts(bare)["sections"] == (24, 20, 20)  # the rotary module's default
     omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": new["text_config"]}}
     assert enc(omni) == e
-    with pytest.raises(ConfigError, match="partial rotary"):
-        enc({**old, "partial_rotary_factor": 0.5})
+    half = enc({**old, "partial_rotary_factor": 0.5,
+                "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}})
+    assert (half.options["rotary_dim"], half.options["sections"]) == (16, (2, 3, 3))
+    with pytest.raises(ValueError, match="'sections'.*rotary_dim/2 = 8"):
+        enc({**old, "partial_rotary_factor": 0.5})  # the sections of the whole head
+
+
+def test_mrope_partial_rotary_families() -> None:
+    """Qwen3.5 (interleaved axes), GLM-4V (interleaved pairs), GLM-4V-MoE: M-RoPE on the first
+    rotary_dim = head_dim * partial_rotary_factor features."""
+    qwen35 = {"model_type": "qwen3_5", "text_config": {
+        "model_type": "qwen3_5_text", "head_dim": 64, "rope_parameters": {
+            "rope_theta": 1e7, "mrope_section": [3, 3, 2], "partial_rotary_factor": 0.25}}}
+    assert opts(qwen35) == {**opts(qwen35), "rotary_dim": 16, "sections": (3, 3, 2),
+                            "interleaved": True, "layout": "half"}
+    glm4v = {"model_type": "glm4v_text", "head_dim": 128, "rope_parameters": {
+        "rope_theta": 1e4, "partial_rotary_factor": 0.5, "mrope_section": [8, 12, 12]}}
+    assert opts(glm4v) == {**opts(glm4v), "rotary_dim": 64, "interleaved": False,
+                           "layout": "interleaved"}
+    moe = {**glm4v, "model_type": "glm4v_moe_text"}
+    assert opts(moe) == {**opts(glm4v), "layout": "half"}
 
 
 # -- layer types and NoPE ---------------------------------------------------------------------
@@ -234,11 +253,11 @@ def test_unknown_rope_type_names_it_model_type_and_registered_types() -> None:
 
 
 def test_unsupported_families_say_so() -> None:
-    qwen35 = {"model_type": "qwen3_5", "text_config": {
-        "model_type": "qwen3_5_text", "head_dim": 16, "rope_parameters": {
-            "rope_theta": 1e7, "mrope_section": [3, 3, 2], "partial_rotary_factor": 0.25}}}
-    with pytest.raises(ConfigError, match="'qwen3_5_text'.*not supported: its M-RoPE variant"):
-        enc(qwen35)
+    hunyuan = {"model_type": "hunyuan_vl", "text_config": {
+        "model_type": "hunyuan_vl_text", "head_dim": 16, "rope_parameters": {
+            "rope_theta": 1e4, "xdrope_section": [2, 2, 2, 2]}}}
+    with pytest.raises(ConfigError, match="'hunyuan_vl_text'.*not supported: its M-RoPE variant"):
+        enc(hunyuan)
 
 
 def test_missing_keys_are_named() -> None:
