@@ -46,6 +46,12 @@ def _run(backend: Any, enc: Any, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.asarray(backend.to_numpy(enc.rotate(xb, backend.from_numpy(pos))), np.float64)
 
 
+def _as_run(backend: Any, x: np.ndarray) -> np.ndarray:
+    """``x`` as :func:`_run` hands it over (float32 on backends without float64)."""
+    wide = np.float64 if "float64" in backend.float_dtypes() else np.float32
+    return np.asarray(x, dtype=wide).astype(np.float64)
+
+
 def _tol(backend: Any, scale: float) -> float:
     return (1e-12 if "float64" in backend.float_dtypes() else 2e-5) * 64 * scale
 
@@ -70,7 +76,7 @@ def test_proportional_rotates_the_first_pairs_of_the_half_layout(backend: Any) -
     out = _run(backend, e, x, pos)
     np.testing.assert_allclose(out, ref_rotate(x, pos, inv), atol=_tol(backend, 4.0), rtol=0)
     still = [2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15]  # pairs (2, 10) ... (7, 15) do not turn
-    np.testing.assert_array_equal(out[..., still], x[..., still])
+    np.testing.assert_array_equal(out[..., still], _as_run(backend, x)[..., still])
     assert np.abs(out[..., [0, 1, 8, 9]] - x[..., [0, 1, 8, 9]]).max() > 0.1
 
 
@@ -139,7 +145,7 @@ def test_mrope_partial_rotary(backend: Any, interleaved: bool) -> None:
         want[..., [i, i + 8]] = part[..., [i, i + 8]]
     out = _run(backend, e, x, pos)
     np.testing.assert_allclose(out, want, atol=_tol(backend, 4.0), rtol=0)
-    np.testing.assert_array_equal(out[..., 16:], x[..., 16:])
+    np.testing.assert_array_equal(out[..., 16:], _as_run(backend, x)[..., 16:])
 
 
 @pytest.mark.parametrize(("options", "pattern"), [
@@ -194,7 +200,7 @@ def test_last_features_rotate(backend: Any, name: str, layout: str) -> None:
     pos = np.arange(5) * 101
     ids = np.stack([pos] * 3) if name == "mrope" else pos
     out = _run(backend, e, x, ids)
-    np.testing.assert_array_equal(out[..., :12], x[..., :12])
+    np.testing.assert_array_equal(out[..., :12], _as_run(backend, x)[..., :12])
     inv = np.array([1e4 ** (-2 * i / 8) for i in range(4)])
     want = ref_rotate(x[..., 12:], pos, inv, interleaved=layout == "interleaved")
     np.testing.assert_allclose(out[..., 12:], want, atol=_tol(backend, 4.0), rtol=0)
