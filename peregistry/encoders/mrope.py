@@ -17,6 +17,11 @@ In Hugging Face terms, ``sections`` is ``rope_scaling["mrope_section"]`` (Qwen2-
 ``apply_interleaved_mrope``. The pairs then rotate as in :mod:`.rotary` (``layout="half"`` pairs
 ``(i, i + dim/2)`` as all Qwen models do). With all axes equal (text tokens) M-RoPE is exactly
 RoPE: the conformance suite checks that ``mrope`` equals ``rotary`` bit for bit there.
+
+Partial rotary (``rotary_dim < dim``; Qwen3.5, Qwen3.5-MoE and GLM-4V-MoE in transformers 5.23,
+whose ``apply_rotary_pos_emb`` rotates ``q[..., :rotary_dim]``): M-RoPE of a head of
+``rotary_dim`` features, ``ω_i = θ^(-2i/rotary_dim)`` with ``sum(sections) == rotary_dim/2``, and
+the other features pass through. ``rotary_features`` and ``direction`` are as for ``rotary``.
 """
 
 from __future__ import annotations

@@ -19,9 +19,17 @@ so that ``<R(m)q, R(n)k>`` depends on ``m - n`` only. Layouts (which features pa
 
 and ``out = x·cos + rotate(x)·sin`` with ``cos``/``sin`` from :meth:`Rotary.cos_sin`. With
 ``rotary_dim < dim`` only the first ``rotary_dim`` features rotate (GPT-NeoX, GPT-J, Phi); the
-rest pass through. ``scaling`` selects a context-extension method from
-:mod:`peregistry.rope.scalings` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
-``llama3``, or a plugin's), with Hugging Face ``rope_parameters`` names.
+rest pass through. ``rotary_features="last"`` rotates the last ``rotary_dim`` features instead
+(``[nope | rope]`` heads, DeepSeek-V4's ``apply_rotary_pos_emb`` on ``x[..., -rope_dim:]``,
+transformers 5.23). ``direction="negative"`` turns each pair by ``-p·ω_i`` (nanochat, whose
+``rotate_half`` returns ``[x2, -x1]``)::
+
+    a_i' = a_i·cos(p·ω_i) + b_i·sin(p·ω_i),    b_i' = b_i·cos(p·ω_i) - a_i·sin(p·ω_i)
+
+and :meth:`Rotary.cos_sin` then gives ``sin(-p·ω_i)``. ``scaling`` selects a context-extension
+method from :mod:`peregistry.rope.scalings` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
+``llama3``, ``proportional`` (Gemma 4), or a plugin's), with Hugging Face ``rope_parameters``
+names.
 
 For dim = 4, θ = 10000, p = 1: ``cos_sin`` gives cos ``[0.5403, 0.99995, 0.5403, 0.99995]``
 and sin ``[0.8415, 0.0100, 0.8415, 0.0100]`` (half layout).
