@@ -152,6 +152,42 @@ def test_mrope_partial_rotary_families() -> None:
     assert opts(moe) == {**opts(glm4v), "layout": "half"}
 
 
+def test_variant_families_from_config_dicts() -> None:
+    """Gemma 4's proportional full layers and their per_layer_config head_dim, DeepSeek-V4's
+    [nope | rope] heads, nanochat's negative direction, Mistral 4's MLA partial factor, the
+    head-width keys of Zamba2 and JetMoe, MiniMax-M3's unread rotary_dim."""
+    gemma4 = {"model_type": "gemma4_text", "head_dim": 16, "num_hidden_layers": 2,
+              "layer_types": ["sliding_attention", "full_attention"],
+              "per_layer_config": {"01": {"head_dim": 64}},
+              "rope_parameters": {
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                  "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
+                                     "partial_rotary_factor": 0.25}}}
+    full = opts(gemma4, layer_type="full_attention")
+    assert (full["dim"], full["rotary_dim"], full["scaling"]) == (64, None, {
+        "type": "proportional", "partial_rotary_factor": 0.25, "factor": 1.0})
+    assert opts(gemma4, layer_type=1) == full and opts(gemma4, layer_type=0)["dim"] == 16
+    v4 = {"model_type": "deepseek_v4", "head_dim": 48, "qk_rope_head_dim": 16,
+          "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1 / 3}}
+    assert opts(v4) == {**opts(v4), "dim": 48, "rotary_dim": 16, "rotary_features": "last",
+                        "layout": "interleaved"}
+    assert opts({"model_type": "nanochat", "head_dim": 16})["direction"] == "negative"
+    mistral4 = {"model_type": "mistral4", "head_dim": 32, "qk_rope_head_dim": 16,
+                "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}
+    assert (opts(mistral4)["dim"], opts(mistral4)["rotary_dim"]) == (16, None)
+    assert opts({"model_type": "zamba2", "hidden_size": 64, "num_attention_heads": 4,
+                 "attention_head_dim": 32, "use_mem_rope": True, "rope_theta": 1e4})["dim"] == 32
+    with pytest.raises(NoPositionalEncodingError, match="use_mem_rope is false"):
+        enc({"model_type": "zamba2", "attention_head_dim": 32, "use_mem_rope": False,
+             "rope_theta": 1e4})
+    assert opts({"model_type": "jetmoe", "hidden_size": 64, "num_attention_heads": 4,
+                 "kv_channels": 32, "rope_theta": 1e4})["dim"] == 32
+    minimax = {"model_type": "minimax_m3_vl_text", "head_dim": 32, "rotary_dim": 16,
+               "rope_parameters": {"rope_theta": 1e4}}
+    assert opts(minimax)["rotary_dim"] is None
+    assert opts({**minimax, "model_type": "gptj"})["rotary_dim"] == 16
+
+
 # -- layer types and NoPE ---------------------------------------------------------------------
 GEMMA3: dict[str, Any] = {"model_type": "gemma3_text", "head_dim": 8, "max_position_embeddings": 64,
           "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],

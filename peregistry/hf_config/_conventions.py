@@ -45,6 +45,7 @@ _KEYS: dict[str, str] = {
     "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
     "rope_type_aliases": "a dict {config's rope_type: the type it means}",
     "rotary_features": "'first' or 'last': which rotary_dim features of the head rotate",
+    "reads_rotary_dim": "a bool: False when the family's code ignores a config's rotary_dim",
     "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
@@ -120,9 +121,11 @@ _TABLE: dict[str, dict[str, Any]] = {
                           "peregistry's encoders yet"}
        for base in ("glm_image", "ernie4_5_vl_moe", "hunyuan_vl")
        for t in (base, f"{base}_text")},
-    **{t: {"unsupported": "its M-RoPE conventions are not checked against its code yet"}
-       for base in ("cohere_compass", "paddleocr_vl", "qwen3_omni_moe")
-       for t in (base, f"{base}_text")},
+    **{t: {"mrope_section": (16, 24, 24)} for t in ("paddleocr_vl", "paddleocr_vl_text")},
+    **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
+       for base in ("cohere_compass", "qwen3_omni_moe") for t in (base, f"{base}_text")},
+    # MiniMax-M3's config has rotary_dim, which its rotary module does not read
+    **{t: {"reads_rotary_dim": False} for t in ("minimax_m3_vl", "minimax_m3_vl_text")},
     # the rotation's other conventions
     "nanochat": {"direction": "negative"},                  # rotate_half returns [x2, -x1]
     "deepseek_v4": {**_INTERLEAVED, "rotary_features": "last"},  # x[..., -rope_dim:]
@@ -152,6 +155,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "unsupported": lambda v: isinstance(v, str) and bool(v),
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
     "rotary_features": lambda v: v in ("first", "last"),
+    "reads_rotary_dim": lambda v: isinstance(v, bool),
     "direction": lambda v: v in ("positive", "negative"),
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),

@@ -81,6 +81,8 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
     a model whose layers all agree)."""
     if text.get("use_rope") is False:
         raise _nope(where, "every layer", "use_rope is false")
+    if text.get("use_mem_rope") is False:  # Zamba2's shared attention blocks
+        raise _nope(where, "every layer", "use_mem_rope is false")
     layer_types = [str(t) for t in text.get("layer_types") or ()]
     count = len(layer_types) or text.get("num_hidden_layers")
     nope = _nope_layers(text, count)

@@ -30,12 +30,19 @@ def _number(config: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+#: Names of the attention head's width, after DeepSeek MLA's ``qk_rope_head_dim``: the
+#: config's ``head_dim`` property reads them in Zamba2 (``attention_head_dim``) and JetMoe
+#: (``kv_channels``), where ``hidden_size // num_attention_heads`` is another number.
+_HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "kv_channels")
+
+
 def head_dim(config: Mapping[str, Any], model_type: str) -> int:
-    """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim``, else ``hidden_size //
-    num_attention_heads`` (transformers' rule; the GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
+    """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim`` (``attention_head_dim``,
+    ``kv_channels``), else ``hidden_size // num_attention_heads`` (transformers' rule; the
+    GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
     # [nope | rope] heads (DeepSeek-V4) are head_dim wide, their last qk_rope_head_dim rotate
     last = conventions_of(model_type).get("rotary_features") == "last"
-    value = _number(config, "head_dim") if last else _number(config, "qk_rope_head_dim", "head_dim")
+    value = _number(config, *(_HEAD_DIM_KEYS if last else ("qk_rope_head_dim", *_HEAD_DIM_KEYS)))
     if value is not None:
         return int(value)
     hidden = _number(config, "hidden_size", "n_embd", "d_model")
@@ -71,13 +78,18 @@ def _consumes_partial(kind: str, registered: Mapping[str, Any]) -> bool:
 
 def _rotary_dim(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
                 dim: int) -> int:
-    if config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
+    reads = conventions_of(model_type).get("reads_rotary_dim", True)
+    if reads and config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
         return int(config["rotary_dim"])
     factor = _number(rope, "partial_rotary_factor")
     if factor is None:
         factor = _number(config, "partial_rotary_factor", "rotary_pct")
     if factor is None:
         factor = conventions_of(model_type).get("partial_rotary_factor", 1.0)
+    mla, full = config.get("qk_rope_head_dim"), config.get("head_dim")
+    if mla is not None and full is not None and dim == int(mla) \
+            and int(int(full) * float(factor)) == dim:
+        return dim  # Mistral 4: the factor is of the whole head; the rope part rotates whole
     return int(dim * float(factor))
 
 
