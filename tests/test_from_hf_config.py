@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -292,8 +292,32 @@ def test_unsupported_families_say_so() -> None:
     hunyuan = {"model_type": "hunyuan_vl", "text_config": {
         "model_type": "hunyuan_vl_text", "head_dim": 16, "rope_parameters": {
             "rope_theta": 1e4, "xdrope_section": [2, 2, 2, 2]}}}
-    with pytest.raises(ConfigError, match="'hunyuan_vl_text'.*not supported: its M-RoPE variant"):
+    with pytest.raises(ConfigError, match="'hunyuan_vl_text'.*not supported: its XD-RoPE table "
+                                          "gives the two features of a pair the angles of "
+                                          "different axes"):
         enc(hunyuan)
+
+
+def test_ernie_vl_axis_map_and_config_aliases() -> None:
+    """Ernie-4.5-VL's mrope_section (h, w, t): sections (t, h, w) and its pair map (h, w
+    alternating over the first h + w pairs, then t), interleaved pairs; a transformers config's
+    attribute_map aliases (Moonshine's num_attention_heads) are read."""
+    ernie = {"model_type": "ernie4_5_vl_moe", "text_config": {
+        "model_type": "ernie4_5_vl_moe_text", "head_dim": 20, "rope_parameters": {
+            "rope_theta": 5e5, "mrope_section": [3, 3, 4]}}}
+    o = opts(ernie)
+    assert (o["sections"], o["layout"], o["interleaved"]) == ((4, 3, 3), "interleaved", False)
+    assert o["pair_axes"] == (1, 2, 1, 2, 1, 2, 0, 0, 0, 0)
+
+    class Moonshine:  # the duck of a PretrainedConfig with an attribute_map
+        attribute_map: ClassVar[dict[str, str]] = {
+            "num_attention_heads": "decoder_num_attention_heads"}
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"model_type": "moonshine", "hidden_size": 160,
+                    "decoder_num_attention_heads": 8, "rope_theta": 1e4}
+
+    assert opts(Moonshine())["dim"] == 20  # type: ignore[arg-type]
 
 
 def test_missing_keys_are_named() -> None:

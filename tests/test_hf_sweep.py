@@ -49,15 +49,8 @@ OUT_OF_SCOPE: dict[str, str] = {
 
 #: In-scope cases that do not pass yet (strict xfail), by family or ``family-layer_type``.
 XFAIL: dict[str, str] = {
-    "ernie4_5_vl_moe": "Ernie-4.5-VL's 3-D rope has its own axis-to-pair map (issue 16 item 2e)",
-    "hunyuan_vl": "HunYuan-VL's four-axis XD-RoPE (issue 16 item 2e)",
-    "glm_image": "GLM-Image's M-RoPE axis map is not among the encoders yet",
-    "blt": "a BLT config holds several transformers; from_hf_config needs one sub-config",
-    "moonshine": "encoder-decoder config (encoder_/decoder_num_attention_heads): "
-                 "from_hf_config finds no head count",
-    "dots3_note-sliding_attention": "MLA layers apply apply_rotary_pos_emb_interleave, other "
-                                    "layers apply_rotary_pos_emb: one layer type, two layouts",
-    "dots3_note-indexed_attention": "as dots3_note-sliding_attention",
+    "hunyuan_vl": "HunYuan-VL's four-axis XD-RoPE gives the two features of a pair the angles "
+                  "of different axes: not a rotation (norms change), refused by from_hf_config",
 }
 
 #: Default configs that are not self-consistent for the rotary module alone (an odd rotary
@@ -66,7 +59,7 @@ _GLM_V = {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                               "partial_rotary_factor": 0.5, "mrope_section": [8, 12, 12]}}
 CONFIG_KWARGS: dict[str, dict[str, Any]] = {
     "glm4_moe": {"head_dim": 128}, "glm4v_moe": {"head_dim": 128}, "glm4v": _GLM_V,
-    "glm_ocr": {"head_dim": 128, **_GLM_V},
+    "glm_ocr": {"head_dim": 128, **_GLM_V}, "glm_image": _GLM_V,
     "zamba2": {"use_mem_rope": True},  # off by default: no RoPE at all
     "qwen3_omni_moe": {"head_dim": 128},  # the default 2048 // 28 heads is odd
     "cohere_compass": {"rope_parameters": {"full_attention": {
@@ -75,6 +68,11 @@ CONFIG_KWARGS: dict[str, dict[str, Any]] = {
                                       "partial_rotary_factor": 0.25,
                                       "mrope_section": [11, 11, 10]}},
 }
+
+#: Families whose config holds several transformers, each with its own rotary module: one
+#: case per sub-config.
+SUB_CONFIGS: dict[str, tuple[str, ...]] = {
+    "blt": ("encoder_config", "global_config", "decoder_config")}
 
 _SEQ = 24
 
@@ -111,12 +109,14 @@ def _rotary_class(family: str, names: list[str]) -> Any:
     return getattr(_module(family), text[0])
 
 
-def _config(family: str, rotary: Any) -> Any:
+def _config(family: str, rotary: Any, sub: str | None = None) -> Any:
     """The family's (text) config with its defaults: what the rotary module is built from."""
     mod = _module(family)
     ann = inspect.signature(rotary.__init__).parameters["config"].annotation
     cls = getattr(mod, ann.strip("'\"")) if isinstance(ann, str) else ann
     cfg = cls(**CONFIG_KWARGS.get(family, {}))
+    if sub is not None:
+        return getattr(cfg, sub)
     return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
 
 
@@ -134,7 +134,7 @@ def _layer_types(cfg: Any) -> list[str | None]:
 
 
 def _cases() -> list[Any]:
-    """``pytest.param(family, names, layer_type)`` per in-scope case (torch env only)."""
+    """``pytest.param(family, names, layer_type, sub)`` per in-scope case (torch env only)."""
     found = discover()
     if "torch" not in BACKENDS or not found:
         return []
@@ -144,15 +144,16 @@ def _cases() -> list[Any]:
     for family, names in found.items():
         if family in OUT_OF_SCOPE:
             continue
-        try:
-            lts = _layer_types(_config(family, _rotary_class(family, names)))
-        except Exception:  # the case itself reports the error (or its xfail)
-            lts = [None]
-        for lt in lts:
-            cid = family if lt is None else f"{family}-{lt}"
-            reason = XFAIL.get(cid) or XFAIL.get(family)
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            cases.append(pytest.param(family, names, lt, id=cid, marks=marks))
+        for sub in SUB_CONFIGS.get(family, (None,)):
+            try:
+                lts = _layer_types(_config(family, _rotary_class(family, names), sub))
+            except Exception:  # the case itself reports the error (or its xfail)
+                lts = [None]
+            for lt in lts:
+                cid = "-".join(p for p in (family, sub, lt) if p is not None)
+                reason = XFAIL.get(cid) or XFAIL.get(family)
+                marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+                cases.append(pytest.param(family, names, lt, sub, id=cid, marks=marks))
     return cases
 
 
@@ -220,13 +221,13 @@ def _apply(mod: Any, e: Any, out: Any, q: Any) -> Any:
 
 
 @pytest.mark.skipif(not CASES, reason="needs transformers and torch among the selected backends")
-@pytest.mark.parametrize(("family", "names", "layer_type"), CASES)
-def test_family_matches_transformers(family: str, names: list[str],
-                                     layer_type: str | None) -> None:
+@pytest.mark.parametrize(("family", "names", "layer_type", "sub"), CASES)
+def test_family_matches_transformers(family: str, names: list[str], layer_type: str | None,
+                                     sub: str | None) -> None:
     import torch
 
     rotary_cls = _rotary_class(family, names)
-    cfg = _config(family, rotary_cls)
+    cfg = _config(family, rotary_cls, sub)
     rotary = rotary_cls(cfg)
     e = _ours(cfg, layer_type)
     dim = int(e.options["dim"])
@@ -272,4 +273,4 @@ def test_coverage() -> None:
     passing = len(CASES) - failing
     print(f"\nhf sweep coverage: {passing}/{len(CASES)} in-scope cases pass "
           f"({len(families)} families, {len(OUT_OF_SCOPE)} out of scope)")
-    assert passing >= 182, f"coverage fell to {passing}/{len(CASES)}"
+    assert passing >= 190, f"coverage fell to {passing}/{len(CASES)}"

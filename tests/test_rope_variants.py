@@ -148,7 +148,30 @@ def test_mrope_partial_rotary(backend: Any, interleaved: bool) -> None:
     np.testing.assert_array_equal(out[..., 16:], _as_run(backend, x)[..., 16:])
 
 
+def test_mrope_pair_axes(backend: Any) -> None:
+    """An explicit axis per pair (Ernie-4.5-VL's map): pair i turns by p_{pair_axes[i]}·ω_i."""
+    axes = (1, 2, 1, 2, 1, 2, 0, 0)
+    e = per.get_encoder("mrope", dim=16, sections=(2, 3, 3), pair_axes=axes,
+                        layout="interleaved")
+    x = np.random.default_rng(6).standard_normal((2, 7, 16))
+    pos = np.random.default_rng(7).integers(0, 500, size=(3, 7))
+    inv = np.array([1e4 ** (-2 * i / 16) for i in range(8)])
+    want = x.copy()
+    for i, a in enumerate(axes):
+        one = np.zeros(8)
+        one[i] = inv[i]
+        part = ref_rotate(x, pos[a], one, interleaved=True)
+        want[..., [2 * i, 2 * i + 1]] = part[..., [2 * i, 2 * i + 1]]
+    np.testing.assert_allclose(_run(backend, e, x, pos), want, atol=_tol(backend, 4.0), rtol=0)
+
+
 @pytest.mark.parametrize(("options", "pattern"), [
+    ({"dim": 16, "sections": (2, 3, 3), "pair_axes": (1, 2, 1, 2, 1, 2, 0)},
+     "'pair_axes' must be None or 8 axis indices"),
+    ({"dim": 16, "sections": (2, 3, 3), "pair_axes": (1, 1, 1, 2, 1, 2, 0, 0)},
+     "axis a appearing sections\\[a\\] times \\(\\(2, 3, 3\\)\\), got \\(1, 1, 1"),
+    ({"dim": 16, "sections": (2, 3, 3), "pair_axes": (1, 2, 1, 2, 1, 2, 0, 0),
+      "interleaved": True}, "'pair_axes' must be None when interleaved=True"),
     ({"dim": 16, "rotary_dim": 24, "sections": (4, 4, 4)}, "'rotary_dim' must .*<= dim \\(16\\), got 24"),
     ({"dim": 16, "rotary_dim": 7, "sections": (2, 1, 1)}, "'rotary_dim' must .*positive even.*, got 7"),
     ({"dim": 16, "rotary_dim": 8, "sections": (4, 2, 2)},
@@ -311,6 +334,8 @@ VARIANT_CASES = [
     ("mrope", {"dim": 16, "rotary_dim": 8, "sections": (2, 1, 1), "interleaved": True}),
     ("mrope", {"dim": 16, "rotary_dim": 8, "sections": (2, 1, 1), "rotary_features": "last",
                "direction": "negative"}),
+    ("mrope", {"dim": 16, "sections": (2, 3, 3), "pair_axes": (1, 2, 1, 2, 1, 2, 0, 0),
+               "layout": "interleaved"}),
 ]
 
 

@@ -77,6 +77,12 @@ class MRope(MultiAxisRotary, ScaledRotary):
     layout = PAIR_LAYOUT
     interleaved = Option(bool, False,
                          doc="False: contiguous bands (Qwen2-VL); True: axes cycle (Qwen3-VL)")
+    pair_axes = Option(tuple, None, nullable=True,
+                       allowed="None or one axis index per frequency pair (rotary_dim/2 of "
+                               "them), axis a appearing sections[a] times",
+                       check=lambda t: all(v >= 0 for v in t),
+                       doc="a model's own axis of each pair, instead of bands or cycles "
+                           "(Ernie-4.5-VL: h, w alternating, then t)")
     scaling = SCALING
     rotary_dim = ROTARY_DIM
     rotary_features = ROTARY_FEATURES
@@ -90,7 +96,10 @@ class MRope(MultiAxisRotary, ScaledRotary):
             raise self._invalid("sections", sections,
                                 f"integers summing to {what} = {rd // 2} (they sum to "
                                 f"{sum(sections)})")
-        if self._values["interleaved"]:
+        pair_axes = self._values["pair_axes"]
+        if pair_axes is not None:
+            self._check_pair_axes(pair_axes, sections, rd)
+        elif self._values["interleaved"]:
             axes = axis_of_pairs(sections, interleaved=True)
             counts = tuple(axes.count(a) for a in range(len(sections)))
             if counts != sections:
@@ -99,6 +108,18 @@ class MRope(MultiAxisRotary, ScaledRotary):
                     f"sections that can be interleaved over {rd // 2} pairs (axis a > 0 takes "
                     f"pairs a, a+A, ... below A·sections[a]; these give {counts})")
         super()._validate()
+
+    def _check_pair_axes(self, pair_axes: tuple[int, ...], sections: tuple[int, ...],
+                         rd: int) -> None:
+        allowed = (f"None or {rd // 2} axis indices (one per frequency pair) in 0 .. "
+                   f"{len(sections) - 1}, axis a appearing sections[a] times ({sections})")
+        if self._values["interleaved"]:
+            raise self._invalid("pair_axes", pair_axes, "None when interleaved=True (pair_axes "
+                                "gives the whole map itself)")
+        counts = tuple(pair_axes.count(a) for a in range(len(sections)))
+        if len(pair_axes) != rd // 2 or any(a >= len(sections) for a in pair_axes) \
+                or counts != sections:
+            raise self._invalid("pair_axes", pair_axes, allowed)
 
     @property
     def num_axes(self) -> int:
@@ -121,7 +142,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
     def _axis_groups(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...] | None]:
         """Pair indices of each axis, and the permutation that puts the pairs grouped by axis
         back in order (None when they already are: contiguous sections)."""
-        axes = axis_of_pairs(self._values["sections"], interleaved=self._values["interleaved"])
+        axes = self._values["pair_axes"] or axis_of_pairs(
+            self._values["sections"], interleaved=self._values["interleaved"])
         groups = tuple(tuple(i for i, a in enumerate(axes) if a == ax)
                        for ax in range(self.num_axes))
         order = [i for g in groups for i in g]

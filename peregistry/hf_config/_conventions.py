@@ -46,6 +46,8 @@ _KEYS: dict[str, str] = {
     "rope_type_aliases": "a dict {config's rope_type: the type it means}",
     "rotary_features": "'first' or 'last': which rotary_dim features of the head rotate",
     "reads_rotary_dim": "a bool: False when the family's code ignores a config's rotary_dim",
+    "mrope_map": "a function of the config's mrope_section returning (sections, pair_axes) "
+                 "for mrope: the family's own axis-to-pair map",
     "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
@@ -56,6 +58,14 @@ def _baichuan(config: Mapping[str, Any]) -> str:
     # Baichuan-13B and Baichuan2-13B (hidden_size 5120) use ALiBi, the 7B models RoPE: their
     # config.json files do not say so, each size ships its own modeling_baichuan.py.
     return "alibi" if config.get("hidden_size") == 5120 else "rotary"
+
+
+def _ernie_vl_map(section: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # Ernie-4.5-VL's mrope_section is (h, w, t); its rotary module gives the first h + w pairs
+    # to height and width alternately (inv_freq pre-rotated, then stacked h, w) and the last t
+    # pairs to time: M-RoPE sections (t, h, w) over positions (t, h, w) with this pair map.
+    h, w, t = section
+    return (t, h, w), tuple(1 + j % 2 if j < h + w else 0 for j in range(h + w + t))
 
 
 _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
@@ -81,6 +91,7 @@ _TABLE: dict[str, dict[str, Any]] = {
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
     # apply_rotary_pos_emb_interleave always (output de-interleaved, as DeepSeek-V3's flag)
     "bailing_hybrid": _INTERLEAVED, "longcat_flash": _INTERLEAVED, "glm_moe_dsa": _INTERLEAVED,
+    "dots3_note": _INTERLEAVED, "dots3_note_text": _INTERLEAVED,
     "moonshine": {**_INTERLEAVED, "partial_rotary_factor": 0.9},  # x[..., 0::2] / x[..., 1::2]
     "moonshine_streaming": _INTERLEAVED, "moonshine_streaming_encoder": _INTERLEAVED,
     "openai_privacy_filter": {**_INTERLEAVED, "theta": 150000.0},  # stack(...).flatten(-2)
@@ -117,10 +128,13 @@ _TABLE: dict[str, dict[str, Any]] = {
     **{t: {"mrope_section": (8, 12, 12)} for t in ("glm4v_moe", "glm4v_moe_text")},
     # M-RoPE variants peregistry does not have yet (their own axis maps), or whose conventions
     # were not checked against the model's code
-    **{t: {"unsupported": "its M-RoPE variant (its own axis-to-pair map) is not among "
-                          "peregistry's encoders yet"}
-       for base in ("glm_image", "ernie4_5_vl_moe", "hunyuan_vl")
-       for t in (base, f"{base}_text")},
+    **{t: {"mrope_section": (8, 12, 12)} for t in ("glm_image", "glm_image_text")},
+    **{t: {**_INTERLEAVED, "theta": 500000.0, "mrope_section": (22, 22, 20),
+           "mrope_map": _ernie_vl_map} for t in ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text")},
+    **{t: {"unsupported": "its XD-RoPE table gives the two features of a pair the angles of "
+                          "different axes (the full-width table is split by axis), which is not "
+                          "a rotation; peregistry's rotary encoders turn each pair by one angle"}
+       for t in ("hunyuan_vl", "hunyuan_vl_text")},
     **{t: {"mrope_section": (16, 24, 24)} for t in ("paddleocr_vl", "paddleocr_vl_text")},
     **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
        for base in ("cohere_compass", "qwen3_omni_moe") for t in (base, f"{base}_text")},
@@ -156,6 +170,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
     "rotary_features": lambda v: v in ("first", "last"),
     "reads_rotary_dim": lambda v: isinstance(v, bool),
+    "mrope_map": callable,
     "direction": lambda v: v in ("positive", "negative"),
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),

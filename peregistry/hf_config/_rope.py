@@ -46,7 +46,8 @@ def head_dim(config: Mapping[str, Any], model_type: str) -> int:
     if value is not None:
         return int(value)
     hidden = _number(config, "hidden_size", "n_embd", "d_model")
-    heads = _number(config, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    heads = _number(config, "num_attention_heads", "n_head", "num_heads", "n_heads",
+                    "decoder_num_attention_heads")  # Moonshine's text decoder
     if hidden is None or heads is None:
         missing = "hidden_size" if hidden is None else "num_attention_heads"
         raise ConfigError(f"config of model type {model_type!r} has no 'head_dim' and no "
@@ -160,5 +161,8 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
         interleaved = _number(config, "mrope_interleaved")
     if interleaved is None:
         interleaved = conventions_of(model_type).get("mrope_interleaved", False)
-    return "mrope", {**common, "sections": tuple(int(s) for s in sections),
-                     "interleaved": bool(interleaved)}
+    out = {**common, "sections": tuple(int(s) for s in sections), "interleaved": bool(interleaved)}
+    mapper = conv.get("mrope_map")
+    if mapper is not None:  # the family's own axis-to-pair map (Ernie-4.5-VL)
+        out["sections"], out["pair_axes"] = mapper(list(out["sections"]))
+    return "mrope", out
