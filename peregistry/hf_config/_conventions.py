@@ -17,12 +17,16 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
 * ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
   layer is NoPE when ``no_rope_layers`` is empty or absent);
+* ``mrope_map``: a function of the config's ``mrope_section`` returning ``(sections,
+  pair_axes)`` for ``mrope`` (Ernie-4.5-VL's own axis-to-pair map);
+* ``reads_rotary_dim=False``: the family's code ignores a ``rotary_dim`` in its config
+  (MiniMax-M3);
 * ``rotary_features="last"``: partial rotary on the last features of the head (DeepSeek-V4's
   ``[nope | rope]``); ``direction="negative"``: pairs turn by ``-p·ω`` (nanochat);
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
-  a rotary encoder that looks right (GLM-Image, Ernie-4.5-VL, HunYuan-VL M-RoPE).
+  a rotary encoder that looks right (HunYuan-VL's XD-RoPE, BLT's composite config).
 """
 
 from __future__ import annotations
@@ -188,8 +192,10 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     """Teach :func:`~peregistry.hf_config.from_hf_config` what ``model_type``'s config leaves
     unsaid, e.g. ``register_model_conventions("my_model", layout="interleaved")``.
 
-    Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``theta``,
-    ``partial_rotary_factor``, ``encoding`` (see :mod:`peregistry.hf_config`). An entry that
+    Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
+    ``mrope_map``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
+    ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
+    ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
     bad values raise ``ValueError`` naming them."""
     if not isinstance(model_type, str) or not model_type:
