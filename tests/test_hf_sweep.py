@@ -138,8 +138,13 @@ def _cases() -> list[Any]:
     found = discover()
     if "torch" not in BACKENDS or not found:
         return []
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    logging.getLogger("transformers").setLevel(logging.ERROR)  # default configs' complaints
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _collect(found)
+
+
+def _collect(found: dict[str, list[str]]) -> list[Any]:
     cases = []
     for family, names in found.items():
         if family in OUT_OF_SCOPE:
