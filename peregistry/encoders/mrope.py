@@ -22,6 +22,11 @@ Partial rotary (``rotary_dim < dim``; Qwen3.5, Qwen3.5-MoE and GLM-4V-MoE in tra
 whose ``apply_rotary_pos_emb`` rotates ``q[..., :rotary_dim]``): M-RoPE of a head of
 ``rotary_dim`` features, ``ω_i = θ^(-2i/rotary_dim)`` with ``sum(sections) == rotary_dim/2``, and
 the other features pass through. ``rotary_features`` and ``direction`` are as for ``rotary``.
+
+``pair_axes`` gives a model's own axis of each pair instead (``interleaved=False``): Ernie-4.5-VL
+(transformers 5.23 ``Ernie4_5_VLMoeTextRotaryEmbedding``) gives its first ``h + w`` pairs to
+height and width alternately and the last ``t`` to time: ``sections=(t, h, w)``,
+``pair_axes=(1, 2, 1, 2, ..., 0, 0, ...)``.
 """
 
 from __future__ import annotations
