@@ -260,6 +260,14 @@ def test_family_matches_transformers(family: str, names: list[str], layer_type: 
     assert err <= tol, f"{family}[{layer_type}]: max |ours - transformers| = {err:.3g} > " \
                        f"{tol:.3g}; {e!r}"
     assert float((theirs - q).abs().max()) > 100 * tol, "the model's rotation is the identity"
+    # the control: the other pair layout is far off, so the comparison sees the convention
+    flip = "half" if e.options["layout"] == "interleaved" else "interleaved"
+    other: Any = per.get_encoder(e.name, **{**e.options, "layout": flip})
+    wrong = other.rotate(q, pos[:, :, None, :] if e.name == "mrope" else pos[0])
+    if "interleave" in fn.__name__:
+        rd = e._rotary_dim()
+        wrong = torch.cat([wrong[..., :rd:2], wrong[..., 1:rd:2], wrong[..., rd:]], dim=-1)
+    assert float((wrong - theirs).abs().max()) > 100 * tol, f"{family}: layout not seen"
 
 
 @pytest.mark.skipif(not CASES, reason="needs transformers and torch among the selected backends")
