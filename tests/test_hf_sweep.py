@@ -240,34 +240,39 @@ def test_family_matches_transformers(family: str, names: list[str], layer_type: 
     q = torch.randn(1, 1, _SEQ, dim, generator=gen)
     if e.name == "mrope":  # distinct positions per axis
         pos = torch.randint(0, 4 * _SEQ, (e.num_axes, 1, _SEQ), generator=gen)
-        ours = e.rotate(q, pos[:, :, None, :])
     else:
         pos = torch.arange(_SEQ)[None]
-        ours = e.rotate(q, pos[0])
     takes_type = len(inspect.signature(rotary.forward).parameters) >= 3
     with torch.no_grad():
         out = rotary(q, pos, layer_type) if layer_type is not None and takes_type \
             else rotary(q, pos)
         fn, theirs = _apply(_module(family), e, out, q)
-    if "interleave" in fn.__name__:  # DeepSeek's output is de-interleaved: evens, then odds
-        rd = e._rotary_dim()
-        ours = torch.cat([ours[..., :rd:2], ours[..., 1:rd:2], ours[..., rd:]], dim=-1)
+
+    def ours(enc: Any) -> Any:
+        got = enc.rotate(q, pos[:, :, None, :] if enc.name == "mrope" else pos[0])
+        if "interleave" in fn.__name__:  # DeepSeek's output is de-interleaved: evens, then odds
+            rd = enc._rotary_dim()
+            got = torch.cat([got[..., :rd:2], got[..., 1:rd:2], got[..., rd:]], dim=-1)
+        return got
+
     # transformers forms angles in float32: off by ~eps·position (positions < 4·seq), times |q|
     # and the attention factor (below 2 here)
     eps = float(np.finfo(np.float32).eps)
     tol = 8 * eps * 4 * _SEQ * float(q.abs().max()) * 2
-    err = float((ours - theirs).abs().max())
+    err = float((ours(e) - theirs).abs().max())
     assert err <= tol, f"{family}[{layer_type}]: max |ours - transformers| = {err:.3g} > " \
                        f"{tol:.3g}; {e!r}"
     assert float((theirs - q).abs().max()) > 100 * tol, "the model's rotation is the identity"
-    # the control: the other pair layout is far off, so the comparison sees the convention
-    flip = "half" if e.options["layout"] == "interleaved" else "interleaved"
-    other: Any = per.get_encoder(e.name, **{**e.options, "layout": flip})
-    wrong = other.rotate(q, pos[:, :, None, :] if e.name == "mrope" else pos[0])
-    if "interleave" in fn.__name__:
-        rd = e._rotary_dim()
-        wrong = torch.cat([wrong[..., :rd:2], wrong[..., 1:rd:2], wrong[..., rd:]], dim=-1)
-    assert float((wrong - theirs).abs().max()) > 100 * tol, f"{family}: layout not seen"
+    # the controls: the other pair layout, direction and (partial rotary) rotated features are
+    # far off, so the comparison sees each convention
+    swaps = [("layout", ("half", "interleaved")), ("direction", ("positive", "negative"))]
+    if e._rotary_dim() < dim:
+        swaps.append(("rotary_features", ("first", "last")))
+    for option, (a, b) in swaps:
+        other = per.get_encoder(e.name, **{**e.options, option: b if e.options[option] == a
+                                           else a})
+        assert float((ours(other) - theirs).abs().max()) > 100 * tol, \
+            f"{family}: {option} not seen"
 
 
 @pytest.mark.skipif(not CASES, reason="needs transformers and torch among the selected backends")
