@@ -75,6 +75,8 @@ SUB_CONFIGS: dict[str, tuple[str, ...]] = {
     "blt": ("encoder_config", "global_config", "decoder_config")}
 
 _SEQ = 24
+#: The transformers release the lists above were made for (tox.ini's torch env pins it).
+PINNED = "5.23.0"
 
 
 def _models_dir() -> Path | None:
@@ -279,16 +281,20 @@ def test_family_matches_transformers(family: str, names: list[str], layer_type: 
 def test_coverage() -> None:
     """Every discovered family is a case or out of scope (with a reason); the lists name real
     families; the coverage (passing / in-scope cases) is at least what this file states."""
+    import transformers
+
     found = discover()
     ids = {p.id for p in CASES}
     families = {p.values[0] for p in CASES}
-    assert families | set(OUT_OF_SCOPE) == set(found)
+    assert families | set(OUT_OF_SCOPE) >= set(found)
     assert not families & set(OUT_OF_SCOPE)
-    assert set(OUT_OF_SCOPE) <= set(found), sorted(set(OUT_OF_SCOPE) - set(found))
-    stale = [k for k in XFAIL if k not in ids and k not in families]
-    assert not stale, f"XFAIL names no case: {stale}"
     failing = sum(1 for p in CASES if p.marks)
     passing = len(CASES) - failing
     print(f"\nhf sweep coverage: {passing}/{len(CASES)} in-scope cases pass "
-          f"({len(families)} families, {len(OUT_OF_SCOPE)} out of scope)")
-    assert passing >= 190, f"coverage fell to {passing}/{len(CASES)}"
+          f"({len(families)} families, {len(OUT_OF_SCOPE)} out of scope; transformers "
+          f"{transformers.__version__})")
+    if transformers.__version__ == PINNED:  # the lists are those of the pinned release
+        assert set(OUT_OF_SCOPE) <= set(found), sorted(set(OUT_OF_SCOPE) - set(found))
+        stale = [k for k in XFAIL if k not in ids and k not in families]
+        assert not stale, f"XFAIL names no case: {stale}"
+        assert passing >= 190, f"coverage fell to {passing}/{len(CASES)}"
