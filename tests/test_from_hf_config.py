@@ -188,6 +188,28 @@ def test_variant_families_from_config_dicts() -> None:
     assert opts({**minimax, "model_type": "gptj"})["rotary_dim"] == 16
 
 
+def test_per_layer_overrides_that_differ_and_new_convention_keys() -> None:
+    cfg = {"model_type": "gemma4_text", "head_dim": 16, "num_hidden_layers": 3,
+           "layer_types": ["full_attention"] * 3,
+           "per_layer_config": {"1": {"head_dim": 64}, "2": {"sliding_window": 8}},
+           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    with pytest.raises(ConfigError, match="layers of type 'full_attention' differ in "
+                                          "per_layer_config.*pass a layer index"):
+        enc(cfg, layer_type="full_attention")
+    assert opts(cfg, layer_type=1)["dim"] == 64
+    assert opts(cfg, layer_type=2)["dim"] == 16  # sliding_window does not shape RoPE
+    for key, bad in (("rotary_features", "middle"), ("direction", "up"),
+                     ("reads_rotary_dim", "no"), ("mrope_map", (1, 2))):
+        with pytest.raises(ValueError, match=f"{key}="):
+            register_model_conventions("my_model", **{key: bad})
+    register_model_conventions("my_model", direction="negative", rotary_features="last")
+    try:
+        o = opts({"model_type": "my_model", "head_dim": 16, "rotary_dim": 8, "rope_theta": 1e4})
+        assert (o["direction"], o["rotary_features"], o["rotary_dim"]) == ("negative", "last", 8)
+    finally:
+        unregister_model_conventions("my_model")
+
+
 # -- layer types and NoPE ---------------------------------------------------------------------
 GEMMA3: dict[str, Any] = {"model_type": "gemma3_text", "head_dim": 8, "max_position_embeddings": 64,
           "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
