@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -129,8 +129,85 @@ def test_mrope_sections_and_interleaving() -> None:
     assert opts(bare)["sections"] == (24, 20, 20)  # the rotary module's default
     omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": new["text_config"]}}
     assert enc(omni) == e
-    with pytest.raises(ConfigError, match="partial rotary"):
-        enc({**old, "partial_rotary_factor": 0.5})
+    half = enc({**old, "partial_rotary_factor": 0.5,
+                "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}})
+    assert (half.options["rotary_dim"], half.options["sections"]) == (16, (2, 3, 3))
+    with pytest.raises(ValueError, match="'sections'.*rotary_dim/2 = 8"):
+        enc({**old, "partial_rotary_factor": 0.5})  # the sections of the whole head
+
+
+def test_mrope_partial_rotary_families() -> None:
+    """Qwen3.5 (interleaved axes), GLM-4V (interleaved pairs), GLM-4V-MoE: M-RoPE on the first
+    rotary_dim = head_dim * partial_rotary_factor features."""
+    qwen35 = {"model_type": "qwen3_5", "text_config": {
+        "model_type": "qwen3_5_text", "head_dim": 64, "rope_parameters": {
+            "rope_theta": 1e7, "mrope_section": [3, 3, 2], "partial_rotary_factor": 0.25}}}
+    assert opts(qwen35) == {**opts(qwen35), "rotary_dim": 16, "sections": (3, 3, 2),
+                            "interleaved": True, "layout": "half"}
+    glm4v = {"model_type": "glm4v_text", "head_dim": 128, "rope_parameters": {
+        "rope_theta": 1e4, "partial_rotary_factor": 0.5, "mrope_section": [8, 12, 12]}}
+    assert opts(glm4v) == {**opts(glm4v), "rotary_dim": 64, "interleaved": False,
+                           "layout": "interleaved"}
+    moe = {**glm4v, "model_type": "glm4v_moe_text"}
+    assert opts(moe) == {**opts(glm4v), "layout": "half"}
+
+
+def test_variant_families_from_config_dicts() -> None:
+    """Gemma 4's proportional full layers and their per_layer_config head_dim, DeepSeek-V4's
+    [nope | rope] heads, nanochat's negative direction, Mistral 4's MLA partial factor, the
+    head-width keys of Zamba2 and JetMoe, MiniMax-M3's unread rotary_dim."""
+    gemma4 = {"model_type": "gemma4_text", "head_dim": 16, "num_hidden_layers": 2,
+              "layer_types": ["sliding_attention", "full_attention"],
+              "per_layer_config": {"01": {"head_dim": 64}},
+              "rope_parameters": {
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                  "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
+                                     "partial_rotary_factor": 0.25}}}
+    full = opts(gemma4, layer_type="full_attention")
+    assert (full["dim"], full["rotary_dim"], full["scaling"]) == (64, None, {
+        "type": "proportional", "partial_rotary_factor": 0.25, "factor": 1.0})
+    assert opts(gemma4, layer_type=1) == full and opts(gemma4, layer_type=0)["dim"] == 16
+    v4 = {"model_type": "deepseek_v4", "head_dim": 48, "qk_rope_head_dim": 16,
+          "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1 / 3}}
+    assert opts(v4) == {**opts(v4), "dim": 48, "rotary_dim": 16, "rotary_features": "last",
+                        "layout": "interleaved"}
+    assert opts({"model_type": "nanochat", "head_dim": 16})["direction"] == "negative"
+    mistral4 = {"model_type": "mistral4", "head_dim": 32, "qk_rope_head_dim": 16,
+                "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}
+    assert (opts(mistral4)["dim"], opts(mistral4)["rotary_dim"]) == (16, None)
+    assert opts({"model_type": "zamba2", "hidden_size": 64, "num_attention_heads": 4,
+                 "attention_head_dim": 32, "use_mem_rope": True, "rope_theta": 1e4})["dim"] == 32
+    with pytest.raises(NoPositionalEncodingError, match="use_mem_rope is false"):
+        enc({"model_type": "zamba2", "attention_head_dim": 32, "use_mem_rope": False,
+             "rope_theta": 1e4})
+    assert opts({"model_type": "jetmoe", "hidden_size": 64, "num_attention_heads": 4,
+                 "kv_channels": 32, "rope_theta": 1e4})["dim"] == 32
+    minimax = {"model_type": "minimax_m3_vl_text", "head_dim": 32, "rotary_dim": 16,
+               "rope_parameters": {"rope_theta": 1e4}}
+    assert opts(minimax)["rotary_dim"] is None
+    assert opts({**minimax, "model_type": "gptj"})["rotary_dim"] == 16
+
+
+def test_per_layer_overrides_that_differ_and_new_convention_keys() -> None:
+    cfg = {"model_type": "gemma4_text", "head_dim": 16, "num_hidden_layers": 3,
+           "layer_types": ["full_attention"] * 3,
+           "per_layer_config": {"1": {"head_dim": 64}, "2": {"sliding_window": 8}},
+           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    with pytest.raises(ConfigError, match="layers of type 'full_attention' differ in "
+                                          "per_layer_config.*pass a layer index"):
+        enc(cfg, layer_type="full_attention")
+    assert opts(cfg, layer_type=1)["dim"] == 64
+    assert opts(cfg, layer_type=2)["dim"] == 16  # sliding_window does not shape RoPE
+    for key, bad in (("rotary_features", "middle"), ("direction", "up"),
+                     ("reads_rotary_dim", "no"), ("mrope_map", (1, 2))):
+        with pytest.raises(ValueError, match=f"{key}="):
+            register_model_conventions("my_model", **{key: bad})
+    register_model_conventions("my_model", direction="negative", rotary_features="last")
+    try:
+        o = opts({"model_type": "my_model", "head_dim": 16, "rotary_dim": 8, "rope_theta": 1e4})
+        assert (o["direction"], o["rotary_features"], o["rotary_dim"]) == ("negative", "last", 8)
+    finally:
+        unregister_model_conventions("my_model")
 
 
 # -- layer types and NoPE ---------------------------------------------------------------------
@@ -228,17 +305,41 @@ def test_alibi() -> None:
 # -- errors and the table ---------------------------------------------------------------------
 def test_unknown_rope_type_names_it_model_type_and_registered_types() -> None:
     with pytest.raises(ConfigError) as info:
-        enc({**LLAMA, "rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4}})
+        enc({**LLAMA, "rope_parameters": {"rope_type": "xpos", "rope_theta": 1e4}})
     text = str(info.value)
-    assert "'proportional'" in text and "'llama'" in text and "llama3, longrope, yarn" in text
+    assert "'xpos'" in text and "'llama'" in text and "llama3, longrope, proportional" in text
 
 
 def test_unsupported_families_say_so() -> None:
-    qwen35 = {"model_type": "qwen3_5", "text_config": {
-        "model_type": "qwen3_5_text", "head_dim": 16, "rope_parameters": {
-            "rope_theta": 1e7, "mrope_section": [3, 3, 2], "partial_rotary_factor": 0.25}}}
-    with pytest.raises(ConfigError, match="'qwen3_5_text'.*not supported: its M-RoPE variant"):
-        enc(qwen35)
+    hunyuan = {"model_type": "hunyuan_vl", "text_config": {
+        "model_type": "hunyuan_vl_text", "head_dim": 16, "rope_parameters": {
+            "rope_theta": 1e4, "xdrope_section": [2, 2, 2, 2]}}}
+    with pytest.raises(ConfigError, match="'hunyuan_vl_text'.*not supported: its XD-RoPE table "
+                                          "gives the two features of a pair the angles of "
+                                          "different axes"):
+        enc(hunyuan)
+
+
+def test_ernie_vl_axis_map_and_config_aliases() -> None:
+    """Ernie-4.5-VL's mrope_section (h, w, t): sections (t, h, w) and its pair map (h, w
+    alternating over the first h + w pairs, then t), interleaved pairs; a transformers config's
+    attribute_map aliases (Moonshine's num_attention_heads) are read."""
+    ernie = {"model_type": "ernie4_5_vl_moe", "text_config": {
+        "model_type": "ernie4_5_vl_moe_text", "head_dim": 20, "rope_parameters": {
+            "rope_theta": 5e5, "mrope_section": [3, 3, 4]}}}
+    o = opts(ernie)
+    assert (o["sections"], o["layout"], o["interleaved"]) == ((4, 3, 3), "interleaved", False)
+    assert o["pair_axes"] == (1, 2, 1, 2, 1, 2, 0, 0, 0, 0)
+
+    class Moonshine:  # the duck of a PretrainedConfig with an attribute_map
+        attribute_map: ClassVar[dict[str, str]] = {
+            "num_attention_heads": "decoder_num_attention_heads"}
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"model_type": "moonshine", "hidden_size": 160,
+                    "decoder_num_attention_heads": 8, "rope_theta": 1e4}
+
+    assert opts(Moonshine())["dim"] == 20  # type: ignore[arg-type]
 
 
 def test_missing_keys_are_named() -> None:

@@ -215,7 +215,7 @@ def _raises(exc: type[Exception], *patterns: str, **options: Any) -> None:
 
 def test_unknown_scaling_type_lists_the_known_ones() -> None:
     _raises(ValueError, "unknown scaling type 'yarm'", "Did you mean 'yarn'",
-            "default, dynamic, linear, llama3, longrope, yarn", scaling={"type": "yarm"})
+            "default, dynamic, linear, llama3, longrope, proportional, yarn", scaling={"type": "yarm"})
 
 
 def test_scaling_without_type() -> None:
@@ -372,7 +372,7 @@ def test_scaling_returning_wrong_shape_is_an_error() -> None:
 
 
 # -- Option declarations --------------------------------------------------------------------------
-BUILTIN = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+BUILTIN = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 
 
 def test_builtin_parameters_are_named_options() -> None:

@@ -19,9 +19,17 @@ so that ``<R(m)q, R(n)k>`` depends on ``m - n`` only. Layouts (which features pa
 
 and ``out = x·cos + rotate(x)·sin`` with ``cos``/``sin`` from :meth:`Rotary.cos_sin`. With
 ``rotary_dim < dim`` only the first ``rotary_dim`` features rotate (GPT-NeoX, GPT-J, Phi); the
-rest pass through. ``scaling`` selects a context-extension method from
-:mod:`peregistry.rope.scalings` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
-``llama3``, or a plugin's), with Hugging Face ``rope_parameters`` names.
+rest pass through. ``rotary_features="last"`` rotates the last ``rotary_dim`` features instead
+(``[nope | rope]`` heads, DeepSeek-V4's ``apply_rotary_pos_emb`` on ``x[..., -rope_dim:]``,
+transformers 5.23). ``direction="negative"`` turns each pair by ``-p·ω_i`` (nanochat, whose
+``rotate_half`` returns ``[x2, -x1]``)::
+
+    a_i' = a_i·cos(p·ω_i) + b_i·sin(p·ω_i),    b_i' = b_i·cos(p·ω_i) - a_i·sin(p·ω_i)
+
+and :meth:`Rotary.cos_sin` then gives ``sin(-p·ω_i)``. ``scaling`` selects a context-extension
+method from :mod:`peregistry.rope.scalings` (``linear``, ``dynamic``, ``yarn``, ``longrope``,
+``llama3``, ``proportional`` (Gemma 4), or a plugin's), with Hugging Face ``rope_parameters``
+names.
 
 For dim = 4, θ = 10000, p = 1: ``cos_sin`` gives cos ``[0.5403, 0.99995, 0.5403, 0.99995]``
 and sin ``[0.8415, 0.0100, 0.8415, 0.0100]`` (half layout).
@@ -37,7 +45,7 @@ from .._options import MAX_DIM, Option
 from ..rope.encoder import RotaryEncoder
 from ..rope.scaled import ScaledRotary
 
-__all__ = ["Rotary", "ScaledRotary"]
+__all__ = ["Rotary", "ScaledRotary", "check_rotary_dim"]
 
 
 #: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.
@@ -52,6 +60,24 @@ PAIR_LAYOUT = Option(str, "half", choices=("half", "interleaved"),
 SCALING = Option(dict, None, nullable=True,
                  allowed="None or a dict with 'type' and that type's parameters",
                  doc="context extension: {'type': 'yarn', 'factor': 4.0, ...}")
+ROTARY_DIM = Option(int, None, nullable=True,
+                    allowed="None (= dim) or a positive even integer <= dim",
+                    check=lambda r: r > 0 and r % 2 == 0,
+                    doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
+ROTARY_FEATURES = Option(str, "first", choices=("first", "last"),
+                         doc="which rotary_dim features rotate: 'first' ([rope | pass], "
+                             "GPT-NeoX/Phi) or 'last' ([pass | rope], DeepSeek-V4)")
+DIRECTION = Option(str, "positive", choices=("positive", "negative"),
+                   doc="sign of the angle: 'positive' turns pairs by +p·ω (RoFormer), "
+                       "'negative' by -p·ω (nanochat)")
+
+
+def check_rotary_dim(enc: RotaryEncoder) -> None:
+    """``rotary_dim`` must not exceed ``dim`` (an error naming both)."""
+    dim, rd = enc._values["dim"], enc._values["rotary_dim"]
+    if rd is not None and rd > dim:
+        raise enc._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
+                           f"<= dim ({dim})")
 
 
 class Rotary(ScaledRotary):
@@ -63,18 +89,14 @@ class Rotary(ScaledRotary):
 
     dim = HEAD_DIM
     theta = THETA
-    rotary_dim = Option(int, None, nullable=True,
-                        allowed="None (= dim) or a positive even integer <= dim",
-                        check=lambda r: r > 0 and r % 2 == 0,
-                        doc="features rotated (partial rotary; HF dim * partial_rotary_factor)")
+    rotary_dim = ROTARY_DIM
     layout = PAIR_LAYOUT
     scaling = SCALING
+    rotary_features = ROTARY_FEATURES
+    direction = DIRECTION
 
     def _validate(self) -> None:
-        dim, rd = self._values["dim"], self._values["rotary_dim"]
-        if rd is not None and rd > dim:
-            raise self._invalid("rotary_dim", rd, f"None (= dim) or a positive even integer "
-                                f"<= dim ({dim})")
+        check_rotary_dim(self)
         super()._validate()
 
 

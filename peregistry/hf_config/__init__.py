@@ -19,7 +19,7 @@ from ._conventions import (
     register_model_conventions,
     unregister_model_conventions,
 )
-from ._layers import NoPositionalEncodingError, layer_rope
+from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
 from ._rope import ConfigError, rotary_options
 
 if TYPE_CHECKING:
@@ -53,7 +53,25 @@ def _as_dict(config: Any) -> tuple[dict[str, Any], float | None]:
     if text is None:
         text = getattr(getattr(config, "thinker_config", None), "text_config", None)
     theta = getattr(type(text if text is not None else config), "default_theta", None)
-    return dict(to_dict()), (float(theta) if isinstance(theta, (int, float)) else None)
+    raw = _with_aliases(dict(to_dict()), config)
+    thinker = raw.get("thinker_config")
+    for holder, obj in ((raw, config),
+                        (thinker, getattr(config, "thinker_config", None))):
+        if isinstance(holder, dict) and isinstance(holder.get("text_config"), Mapping):
+            holder["text_config"] = _with_aliases(dict(holder["text_config"]),
+                                                  getattr(obj, "text_config", None))
+    return raw, (float(theta) if isinstance(theta, (int, float)) else None)
+
+
+def _with_aliases(d: dict[str, Any], config: Any) -> dict[str, Any]:
+    """``d`` with the config class's ``attribute_map`` aliases that ``to_dict()`` leaves out
+    (Moonshine: ``num_attention_heads`` is ``decoder_num_attention_heads``)."""
+    aliases = getattr(config, "attribute_map", None)
+    if isinstance(aliases, Mapping):
+        for alias, key in aliases.items():
+            if d.get(alias) is None and d.get(key) is not None:
+                d[alias] = d[key]
+    return d
 
 
 def _text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -153,6 +171,7 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default
     rope = layer_rope(text, layer_type, where)
+    text = {**text, **layer_overrides(text, layer_type, where)}  # Gemma 4's global head_dim
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,
                                    registered=registered_scalings())

@@ -17,10 +17,16 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
 * ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
   layer is NoPE when ``no_rope_layers`` is empty or absent);
+* ``mrope_map``: a function of the config's ``mrope_section`` returning ``(sections,
+  pair_axes)`` for ``mrope`` (Ernie-4.5-VL's own axis-to-pair map);
+* ``reads_rotary_dim=False``: the family's code ignores a ``rotary_dim`` in its config
+  (MiniMax-M3);
+* ``rotary_features="last"``: partial rotary on the last features of the head (DeepSeek-V4's
+  ``[nope | rope]``); ``direction="negative"``: pairs turn by ``-p·ω`` (nanochat);
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
-  a rotary encoder that looks right (GLM-4V, Qwen3.5, Ernie-4.5-VL, HunYuan-VL M-RoPE).
+  a rotary encoder that looks right (HunYuan-VL's XD-RoPE, BLT's composite config).
 """
 
 from __future__ import annotations
@@ -42,6 +48,11 @@ _KEYS: dict[str, str] = {
     "encoding": "'rotary', 'alibi', 't5', or a function of the config dict returning one",
     "unsupported": "a reason (a string): from_hf_config raises a ConfigError giving it",
     "rope_type_aliases": "a dict {config's rope_type: the type it means}",
+    "rotary_features": "'first' or 'last': which rotary_dim features of the head rotate",
+    "reads_rotary_dim": "a bool: False when the family's code ignores a config's rotary_dim",
+    "mrope_map": "a function of the config's mrope_section returning (sections, pair_axes) "
+                 "for mrope: the family's own axis-to-pair map",
+    "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
 }
@@ -51,6 +62,14 @@ def _baichuan(config: Mapping[str, Any]) -> str:
     # Baichuan-13B and Baichuan2-13B (hidden_size 5120) use ALiBi, the 7B models RoPE: their
     # config.json files do not say so, each size ships its own modeling_baichuan.py.
     return "alibi" if config.get("hidden_size") == 5120 else "rotary"
+
+
+def _ernie_vl_map(section: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # Ernie-4.5-VL's mrope_section is (h, w, t); its rotary module gives the first h + w pairs
+    # to height and width alternately (inv_freq pre-rotated, then stacked h, w) and the last t
+    # pairs to time: M-RoPE sections (t, h, w) over positions (t, h, w) with this pair map.
+    h, w, t = section
+    return (t, h, w), tuple(1 + j % 2 if j < h + w else 0 for j in range(h + w + t))
 
 
 _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
@@ -74,6 +93,9 @@ _TABLE: dict[str, dict[str, Any]] = {
     "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
+    # apply_rotary_pos_emb_interleave always (output de-interleaved, as DeepSeek-V3's flag)
+    "bailing_hybrid": _INTERLEAVED, "longcat_flash": _INTERLEAVED, "glm_moe_dsa": _INTERLEAVED,
+    "dots3_note": _INTERLEAVED, "dots3_note_text": _INTERLEAVED,
     "moonshine": {**_INTERLEAVED, "partial_rotary_factor": 0.9},  # x[..., 0::2] / x[..., 1::2]
     "moonshine_streaming": _INTERLEAVED, "moonshine_streaming_encoder": _INTERLEAVED,
     "openai_privacy_filter": {**_INTERLEAVED, "theta": 150000.0},  # stack(...).flatten(-2)
@@ -81,8 +103,6 @@ _TABLE: dict[str, dict[str, Any]] = {
        for t in ("blt_global_transformer", "blt_local_encoder", "blt_local_decoder")},
     "blt": {"unsupported": "a BLT config holds several transformers: pass one of its "
                            "sub-configs (global_config, encoder_config, decoder_config)"},
-    "deepseek_v4": {"unsupported": "it rotates the last features of the head ([nope | rope]), "
-                                   "which peregistry's rotary does not do yet"},
     # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
     "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
     "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
@@ -101,16 +121,32 @@ _TABLE: dict[str, dict[str, Any]] = {
     "mistral_large4": {**_INTERLEAVED, "no_rope_layer_interval": 4},  # as deepseek_v3
     "mistral_large4_text": {**_INTERLEAVED, "no_rope_layer_interval": 4},
     "falcon": {}, "persimmon": {"partial_rotary_factor": 0.5}, "granite": {}, "internlm2": {},
-    # M-RoPE variants peregistry does not have yet (partial rotary, interleaved pairs, own axis
-    # maps), or whose conventions were not checked against the model's code
-    **{t: {"unsupported": "its M-RoPE variant (partial rotary, interleaved pairs or its own "
-                          "axis map) is not among peregistry's encoders yet"}
-       for base in ("glm4v", "glm4v_moe", "glm_image", "glm_ocr", "ernie4_5_vl_moe", "qwen3_5",
-                    "qwen3_5_moe", "qwen4_exp", "hunyuan_vl")
-       for t in (base, f"{base}_text")},
-    **{t: {"unsupported": "its M-RoPE conventions are not checked against its code yet"}
-       for base in ("cohere_compass", "cosmos3_edge", "paddleocr_vl", "qwen3_omni_moe")
-       for t in (base, f"{base}_text")},
+    # M-RoPE with partial rotary and Qwen3-VL's interleaved axes (recomposition_frequencies)
+    **{t: {"mrope_interleaved": True, "mrope_section": (11, 11, 10)}
+       for base in ("qwen3_5", "qwen3_5_moe", "qwen4_exp") for t in (base, f"{base}_text")},
+    **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
+       for t in ("cosmos3_edge", "cosmos3_edge_text")},
+    # GLM-4V: contiguous M-RoPE bands, pairs (2i, 2i+1) (repeat_interleave, rotate_half_llm)
+    **{t: {**_INTERLEAVED, "mrope_section": (8, 12, 12)}
+       for base in ("glm4v", "glm_ocr") for t in (base, f"{base}_text")},
+    **{t: {"mrope_section": (8, 12, 12)} for t in ("glm4v_moe", "glm4v_moe_text")},
+    # M-RoPE variants peregistry does not have yet (their own axis maps), or whose conventions
+    # were not checked against the model's code
+    **{t: {"mrope_section": (8, 12, 12)} for t in ("glm_image", "glm_image_text")},
+    **{t: {**_INTERLEAVED, "theta": 500000.0, "mrope_section": (22, 22, 20),
+           "mrope_map": _ernie_vl_map} for t in ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text")},
+    **{t: {"unsupported": "its XD-RoPE table gives the two features of a pair the angles of "
+                          "different axes (the full-width table is split by axis), which is not "
+                          "a rotation; peregistry's rotary encoders turn each pair by one angle"}
+       for t in ("hunyuan_vl", "hunyuan_vl_text")},
+    **{t: {"mrope_section": (16, 24, 24)} for t in ("paddleocr_vl", "paddleocr_vl_text")},
+    **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
+       for base in ("cohere_compass", "qwen3_omni_moe") for t in (base, f"{base}_text")},
+    # MiniMax-M3's config has rotary_dim, which its rotary module does not read
+    **{t: {"reads_rotary_dim": False} for t in ("minimax_m3_vl", "minimax_m3_vl_text")},
+    # the rotation's other conventions
+    "nanochat": {"direction": "negative"},                  # rotate_half returns [x2, -x1]
+    "deepseek_v4": {**_INTERLEAVED, "rotary_features": "last"},  # x[..., -rope_dim:]
     # other positional encodings
     "bloom": {"encoding": "alibi"}, "baichuan": {"encoding": _baichuan},
     "t5": {"encoding": "t5"}, "mt5": {"encoding": "t5"}, "umt5": {"encoding": "t5"},
@@ -136,6 +172,10 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
+    "rotary_features": lambda v: v in ("first", "last"),
+    "reads_rotary_dim": lambda v: isinstance(v, bool),
+    "mrope_map": callable,
+    "direction": lambda v: v in ("positive", "negative"),
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
 }
@@ -152,8 +192,10 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     """Teach :func:`~peregistry.hf_config.from_hf_config` what ``model_type``'s config leaves
     unsaid, e.g. ``register_model_conventions("my_model", layout="interleaved")``.
 
-    Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``theta``,
-    ``partial_rotary_factor``, ``encoding`` (see :mod:`peregistry.hf_config`). An entry that
+    Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
+    ``mrope_map``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
+    ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
+    ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
     bad values raise ``ValueError`` naming them."""
     if not isinstance(model_type, str) or not model_type:

@@ -81,6 +81,8 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
     a model whose layers all agree)."""
     if text.get("use_rope") is False:
         raise _nope(where, "every layer", "use_rope is false")
+    if text.get("use_mem_rope") is False:  # Zamba2's shared attention blocks
+        raise _nope(where, "every layer", "use_mem_rope is false")
     layer_types = [str(t) for t in text.get("layer_types") or ()]
     count = len(layer_types) or text.get("num_hidden_layers")
     nope = _nope_layers(text, count)
@@ -131,3 +133,39 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
                           f"{sorted(i for i in idx if i in nope)} use no positional encoding, "
                           f"the others RoPE; pass a layer index")
     return dict(types[layer_type])
+
+
+#: The ``per_layer_config`` keys that change a layer's rotary embedding.
+_ROPE_SHAPING = frozenset({"head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads",
+                           "partial_rotary_factor", "rope_parameters", "rotary_dim"})
+
+
+def layer_overrides(text: Mapping[str, Any], layer_type: str | int | None,
+                    where: str) -> dict[str, Any]:
+    """The ``per_layer_config`` overrides of the layers ``layer_type`` selects (Gemma 4's
+    full-attention layers have their own ``head_dim``, its ``global_head_dim``): a dict keyed by
+    layer index (as a string in JSON). Layers of one type that disagree are an error."""
+    per_layer = text.get("per_layer_config")
+    if not isinstance(per_layer, Mapping) or not per_layer:
+        return {}
+    layer_types = [str(t) for t in text.get("layer_types") or ()]
+    count = len(layer_types) or int(text.get("num_hidden_layers") or 0)
+    if isinstance(layer_type, int):
+        idx = [layer_type]
+    elif layer_type is None:
+        idx = list(range(count))
+    else:
+        idx = [i for i, t in enumerate(layer_types) if t == layer_type]
+    by_index: dict[int, Any] = {}
+    for key, value in per_layer.items():
+        try:
+            by_index[int(key)] = value  # JSON keys are strings, zero-padded ("05")
+        except (TypeError, ValueError):
+            continue
+    found = [{k: v for k, v in dict(by_index.get(i) or {}).items() if k in _ROPE_SHAPING}
+             for i in idx]
+    if any(f != found[0] for f in found):
+        what = "the layers" if layer_type is None else f"the layers of type {layer_type!r}"
+        raise ConfigError(f"{where}: {what} differ in per_layer_config ({found[0]} vs "
+                          f"{next(f for f in found if f != found[0])}); pass a layer index")
+    return found[0] if found else {}

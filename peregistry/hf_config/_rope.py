@@ -30,14 +30,24 @@ def _number(config: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+#: Names of the attention head's width, after DeepSeek MLA's ``qk_rope_head_dim``: the
+#: config's ``head_dim`` property reads them in Zamba2 (``attention_head_dim``) and JetMoe
+#: (``kv_channels``), where ``hidden_size // num_attention_heads`` is another number.
+_HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "kv_channels")
+
+
 def head_dim(config: Mapping[str, Any], model_type: str) -> int:
-    """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim``, else ``hidden_size //
-    num_attention_heads`` (transformers' rule; the GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
-    value = _number(config, "qk_rope_head_dim", "head_dim")
+    """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim`` (``attention_head_dim``,
+    ``kv_channels``), else ``hidden_size // num_attention_heads`` (transformers' rule; the
+    GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
+    # [nope | rope] heads (DeepSeek-V4) are head_dim wide, their last qk_rope_head_dim rotate
+    last = conventions_of(model_type).get("rotary_features") == "last"
+    value = _number(config, *(_HEAD_DIM_KEYS if last else ("qk_rope_head_dim", *_HEAD_DIM_KEYS)))
     if value is not None:
         return int(value)
     hidden = _number(config, "hidden_size", "n_embd", "d_model")
-    heads = _number(config, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    heads = _number(config, "num_attention_heads", "n_head", "num_heads", "n_heads",
+                    "decoder_num_attention_heads")  # Moonshine's text decoder
     if hidden is None or heads is None:
         missing = "hidden_size" if hidden is None else "num_attention_heads"
         raise ConfigError(f"config of model type {model_type!r} has no 'head_dim' and no "
@@ -57,15 +67,30 @@ def _theta(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
     return float(value)
 
 
+def _consumes_partial(kind: str, registered: Mapping[str, Any]) -> bool:
+    """Whether the scaling type ``kind`` takes ``partial_rotary_factor`` as its own parameter
+    (``proportional``: the unrotated pairs stay inside the full-width half layout) instead of
+    it meaning a smaller ``rotary_dim``."""
+    from ..rope.scalings import as_scaling, parameter_options
+
+    return kind in registered and "partial_rotary_factor" in parameter_options(
+        as_scaling(registered[kind]))
+
+
 def _rotary_dim(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
                 dim: int) -> int:
-    if config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
+    reads = conventions_of(model_type).get("reads_rotary_dim", True)
+    if reads and config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
         return int(config["rotary_dim"])
     factor = _number(rope, "partial_rotary_factor")
     if factor is None:
         factor = _number(config, "partial_rotary_factor", "rotary_pct")
     if factor is None:
         factor = conventions_of(model_type).get("partial_rotary_factor", 1.0)
+    mla, full = config.get("qk_rope_head_dim"), config.get("head_dim")
+    if mla is not None and full is not None and dim == int(mla) \
+            and int(int(full) * float(factor)) == dim:
+        return dim  # Mistral 4: the factor is of the whole head; the rope part rotates whole
     return int(dim * float(factor))
 
 
@@ -92,7 +117,8 @@ def _scaling(kind: str, rope: Mapping[str, Any], config: Mapping[str, Any], wher
                           f"registered: {', '.join(sorted(registered))} (plugins add types "
                           f"through the peregistry_rope_scalings hook)")
     declared = parameter_options(as_scaling(registered[kind]))
-    params = {k: v for k, v in rope.items() if k not in _NOT_SCALING and k in declared}
+    params = {k: v for k, v in rope.items() if k in declared
+              and (k not in _NOT_SCALING or k == "partial_rotary_factor")}
     max_pos = config.get("max_position_embeddings")
     if kind == "dynamic" and max_pos is not None:  # transformers: always max_position_embeddings
         params["original_max_position_embeddings"] = max_pos
@@ -115,25 +141,28 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     ``rope_parameters``, or the 4.x ``rope_scaling`` with ``rope_theta`` beside it)."""
     dim = head_dim(config, model_type)
     theta = _theta(rope, config, model_type, default_theta)
-    rotary_dim = _rotary_dim(rope, config, model_type, dim)
     kind = rope.get("rope_type") or rope.get("type") or "default"
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
-    kind = conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind)
-    scaling = _scaling(str(kind), rope, config, where, registered)
+    kind = str(conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind))
+    rotary_dim = (dim if _consumes_partial(kind, registered)
+                  else _rotary_dim(rope, config, model_type, dim))
+    scaling = _scaling(kind, rope, config, where, registered)
     layout = _layout(config, model_type)
-    sections = rope.get("mrope_section") or conventions_of(model_type).get("mrope_section")
+    conv = conventions_of(model_type)
+    common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
+              "rotary_dim": None if rotary_dim == dim else rotary_dim,
+              **{k: conv[k] for k in ("rotary_features", "direction") if k in conv}}
+    sections = rope.get("mrope_section") or conv.get("mrope_section")
     if sections is None:
-        return "rotary", {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
-                          "rotary_dim": None if rotary_dim == dim else rotary_dim}
-    if rotary_dim != dim:
-        raise ConfigError(f"{where}: M-RoPE with partial rotary (mrope_section={list(sections)}, "
-                          f"rotary_dim={rotary_dim} of head_dim={dim}) is not supported yet: "
-                          f"'mrope' rotates the whole head")
+        return "rotary", common
     interleaved = _number(rope, "mrope_interleaved")
     if interleaved is None:
         interleaved = _number(config, "mrope_interleaved")
     if interleaved is None:
         interleaved = conventions_of(model_type).get("mrope_interleaved", False)
-    return "mrope", {"dim": dim, "theta": theta, "sections": tuple(int(s) for s in sections),
-                     "layout": layout, "interleaved": bool(interleaved), "scaling": scaling}
+    out = {**common, "sections": tuple(int(s) for s in sections), "interleaved": bool(interleaved)}
+    mapper = conv.get("mrope_map")
+    if mapper is not None:  # the family's own axis-to-pair map (Ernie-4.5-VL)
+        out["sections"], out["pair_axes"] = mapper(list(out["sections"]))
+    return "mrope", out

@@ -28,7 +28,7 @@ Layers, each importing only the ones above it:
 from __future__ import annotations
 
 from ._angles import Frequencies, angles, cos_sin
-from ._apply import RotaryTables, apply_rotary
+from ._apply import RotaryTables, apply_rotary, rotate_features
 from ._funcs import (
     LAYOUTS,
     Layout,
@@ -66,6 +66,7 @@ __all__ = [
     "kernel_isa",
     "kernel_status",
     "rotate_every_two",
+    "rotate_features",
     "rotate_half",
     "rotate_half_layout",
     "rotate_interleaved_layout",

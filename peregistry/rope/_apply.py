@@ -19,7 +19,27 @@ from ._table_cache import broadcasts_into
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
 
-__all__ = ["RotaryTables", "apply_rotary"]
+__all__ = ["RotaryTables", "apply_rotary", "rotate_features"]
+
+#: Which features of the head rotate when ``rotary_dim < dim``: the first (GPT-NeoX, Phi) or the
+#: last (DeepSeek-V4's ``[nope | rope]`` heads).
+ROTARY_FEATURES = ("first", "last")
+
+
+def rotate_features(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
+                    last: bool, cdt: Any, xp: Any, native: bool = True) -> Any:
+    """The rotation of the first ``rotary_dim`` features of ``x`` (``last=False``) or of the
+    last ones (``last=True``, DeepSeek-V4's ``apply_rotary_pos_emb`` on ``x[..., -rd:]``); the
+    others pass through. Through the framework dispatch; ``native=False`` forces the generic
+    rotation."""
+    dim = x.shape[-1]
+    if not last or rotary_dim >= dim:
+        return _delegation.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
+                                  cdt=cdt, xp=xp, native=native)
+    # x: [p0 p1 | r0 r1 r2 r3] -> [p0 p1 | rotated r]
+    out = _delegation.rotate(x[..., dim - rotary_dim:], cos, sin, rotary_dim=rotary_dim,
+                             interleaved=interleaved, cdt=cdt, xp=xp, native=native)
+    return xp.concat((x[..., :dim - rotary_dim], out), axis=-1)
 
 
 class RotaryTables:
@@ -33,6 +53,8 @@ class RotaryTables:
         pairs ``(2i, 2i+1)``; features from ``rotary_dim`` on pass through.
     :param head_dim: the length ``x.shape[-1]`` must have (None: any, at least
         ``rotary_dim``).
+    :param rotary_features: ``"first"``: the first ``rotary_dim`` features rotate; ``"last"``:
+        the last ones (DeepSeek-V4's ``[nope | rope]`` heads).
 
     :meth:`peregistry.RotaryEncoder.tables` makes them from an encoder; tables of any other
     source (such as :func:`peregistry.rope.cos_sin`, or a model's own half-width tables) work
@@ -40,10 +62,12 @@ class RotaryTables:
     result has ``x``'s dtype, namespace and device.
     """
 
-    __slots__ = ("_casts", "_ctx", "cos", "head_dim", "interleaved", "owner", "rotary_dim", "sin")
+    __slots__ = ("_casts", "_ctx", "cos", "head_dim", "interleaved", "last", "owner",
+                 "rotary_dim", "sin")
 
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
-                 owner: str = "RotaryTables", ctx: Ctx | None = None) -> None:
+                 owner: str = "RotaryTables", ctx: Ctx | None = None,
+                 rotary_features: str = "first") -> None:
         if ctx is None:
             from ..encoders.context import make_context
 
@@ -56,6 +80,10 @@ class RotaryTables:
                              f"got shape {tuple(cos.shape)} and dtype {cos.dtype}")
         self.cos, self.sin, self.owner = cos, sin, owner
         self.interleaved = check_layout(layout)
+        if rotary_features not in ROTARY_FEATURES:
+            raise ValueError(f"{owner}: rotary_features must be one of "
+                             f"{', '.join(map(repr, ROTARY_FEATURES))}, got {rotary_features!r}")
+        self.last = rotary_features == "last"
         self.rotary_dim = 2 * int(cos.shape[-1])
         if head_dim is not None and head_dim < self.rotary_dim:
             raise ValueError(f"{owner}: head_dim={head_dim} is smaller than the {self.rotary_dim} "
@@ -93,8 +121,8 @@ class RotaryTables:
                              f"x.shape[:-1]={shape[:-1]}")
         cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
         cos, sin = self._cast(cdt)
-        return _delegation.rotate(x, cos, sin, rotary_dim=self.rotary_dim,
-                                  interleaved=self.interleaved, cdt=cdt, xp=xp)
+        return rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
+                               interleaved=self.interleaved, last=self.last, cdt=cdt, xp=xp)
 
     def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
         """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""

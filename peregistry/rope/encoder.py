@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from . import _delegation
-from ._apply import RotaryTables
+from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, full_width
 from ._table_cache import OffsetKey, TableCache, TableUse, broadcasts_into, gather_rows, table_rows
 
@@ -102,6 +102,11 @@ class RotaryEncoder(Encoder):
         """How many leading features are rotated (``rotary_dim`` option, default ``dim``)."""
         rd = self._values.get("rotary_dim")
         return self._head_dim() if rd is None else int(rd)
+
+    def _rotary_last(self) -> bool:
+        """True if the last ``rotary_dim`` features rotate (``rotary_features="last"``), False
+        for the first ones."""
+        return bool(self._values.get("rotary_features", "first") == "last")
 
     def _interleaved(self) -> bool:
         """True if pairs are ``(2i, 2i+1)``, False for ``(i, i + rotary_dim/2)``."""
@@ -202,7 +207,8 @@ class RotaryEncoder(Encoder):
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
         return RotaryTables(cos, sin, layout="interleaved" if self._interleaved() else "half",
-                            head_dim=self._head_dim(), owner=self.name, ctx=ctx)
+                            head_dim=self._head_dim(), owner=self.name, ctx=ctx,
+                            rotary_features="last" if self._rotary_last() else "first")
 
     # -- machinery -----------------------------------------------------------------------------
     def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
@@ -211,9 +217,9 @@ class RotaryEncoder(Encoder):
         reference the conformance suite compares framework fast paths with)."""
         call = self._rotate_call(x, positions, offset, params, seq_len)
         cos, sin = self._rotation_tables(call)
-        return _delegation.rotate(call.x, cos, sin, rotary_dim=self._rotary_dim(),
-                                  interleaved=self._interleaved(), cdt=call.cdt, xp=call.ctx.xp,
-                                  native=native)
+        return rotate_features(call.x, cos, sin, rotary_dim=self._rotary_dim(),
+                               interleaved=self._interleaved(), last=self._rotary_last(),
+                               cdt=call.cdt, xp=call.ctx.xp, native=native)
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
                      params: Mapping[str, Any] | None, seq_len: int | None) -> _Call:

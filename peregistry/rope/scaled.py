@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import freeze, thaw
 from ._angles import Frequencies, cos_sin
@@ -42,6 +44,12 @@ class ScalingState:
     softmax_scale_factor: float = 1.0
 
 
+def _signed(enc: RotaryEncoder, sin: Any) -> Any:
+    """``sin`` of the angle's sign: ``direction="negative"`` turns pairs by ``-p·ω`` (nanochat's
+    ``rotate_half`` returns ``[x2, -x1]``), and ``sin(-a) = -sin(a)`` exactly."""
+    return -sin if enc._values.get("direction") == "negative" else sin
+
+
 class ScaledRotary(RotaryEncoder):
     """Base of rotary encoders with RoFormer frequencies ``ω_i = θ^(-2i/d)`` and a ``scaling``
     option (``rotary``, ``mrope``): resolves and validates the scaling type, computes the host
@@ -54,6 +62,22 @@ class ScaledRotary(RotaryEncoder):
     __slots__ = ("_scaled",)
     _compile_hook_eagerly = True  # _half_cos_sin reads no values: see _jax.compiled_half_cos_sin
     _scaled: ScalingState
+
+    #: The laws the conformance suite states for the first ``rotary_dim`` features, which
+    #: ``rotary_features="last"`` rotates at the other end of the head instead.
+    _LAST_FEATURES_EXEMPT: ClassVar[Mapping[str, str]] = MappingProxyType({
+        check: "rotary_features='last' rotates the last rotary_dim features; the check reads "
+               "the first (tests/test_rope_variants.py checks the law on the last)"
+        for check in ("check_rotary_norm_preserved", "check_rotary_matches_cos_sin",
+                      "check_rotary_layouts")})
+
+    @property
+    def exempt_checks(self) -> Mapping[str, str]:  # type: ignore[override]
+        """None, except with ``rotary_features="last"`` and partial rotary (see
+        :attr:`_LAST_FEATURES_EXEMPT`)."""
+        if self._rotary_last() and self._rotary_dim() < self._head_dim():
+            return self._LAST_FEATURES_EXEMPT
+        return MappingProxyType({})
 
     def _validate(self) -> None:
         try:
@@ -150,7 +174,7 @@ class ScaledRotary(RotaryEncoder):
         af = self.attention_factor
         if af != 1.0 and math.isfinite(af):
             cos, sin = cos * af, sin * af
-        return cos, sin
+        return cos, _signed(self, sin)
 
 
 class MultiAxisRotary(RotaryEncoder):
@@ -224,7 +248,7 @@ class MultiAxisRotary(RotaryEncoder):
         af = self.attention_factor
         if af != 1.0:
             cos, sin = cos * af, sin * af
-        return cos, sin
+        return cos, _signed(self, sin)
 
     def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
         """Distinct positions per axis, as for an image patch grid after some text."""

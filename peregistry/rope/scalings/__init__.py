@@ -42,6 +42,7 @@ from .dynamic import Dynamic
 from .linear import Linear
 from .llama3 import Llama3
 from .longrope import LongRope
+from .proportional import Proportional
 from .yarn import Yarn
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Linear",
     "Llama3",
     "LongRope",
+    "Proportional",
     "RopeScaling",
     "Yarn",
     "as_scaling",
@@ -68,8 +70,8 @@ __all__ = [
 
 def builtin_scalings() -> list[RopeScaling]:
     """One instance of each built-in type: ``default``, ``linear``, ``dynamic``, ``yarn``,
-    ``longrope``, ``llama3``."""
-    return [Default(), Linear(), Dynamic(), Yarn(), LongRope(), Llama3()]
+    ``longrope``, ``llama3``, ``proportional``."""
+    return [Default(), Linear(), Dynamic(), Yarn(), LongRope(), Llama3(), Proportional()]
 
 
 @hookimpl
