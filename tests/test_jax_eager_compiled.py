@@ -40,7 +40,7 @@ def test_compiled_eager_calls_give_the_bits_of_op_by_op_execution(
     rng = np.random.default_rng(3)
     enc = per.get_encoder(name, **options)
     axes = (3,) if name == "mrope" else ()
-    dtypes = [jnp.float64 if _x64() else jnp.float32]  # 16-bit inputs are never compiled
+    dtypes = [jnp.float64 if _x64() else jnp.float32, jnp.bfloat16, jnp.float16]
     calls = []
     for dt in dtypes:
         x = jnp.asarray(rng.standard_normal((2, 3, 9, 32)), dt)

@@ -66,14 +66,24 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
     rotation (the reference)."""
     if native and _is_torch(xp):
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
-    if (_is_jax(xp) and x.dtype == cdt and cdt in (xp.float32, xp.float64)
+    if (_is_jax(xp) and cdt in (xp.float32, xp.float64)
             and not any(_jax.is_tracer(a) for a in (x, cos, sin))):
-        # Eager: one program per shape instead of one per operation, with the same bits. Not
-        # for 16-bit x: XLA:CPU's fused conversions to float16 round differently.
-        return _jax.compiled_call(apply_rotation, x, cos, sin, rotary_dim=rotary_dim,
-                                  interleaved=interleaved, cdt=cdt, xp=xp)
+        # Eager: one program per shape instead of one per operation, with the same bits. The
+        # cast of a 16-bit result stays outside: XLA:CPU rounds fused conversions to float16
+        # differently from its eager convert.
+        out = _jax.compiled_call(_rotation_in, x, cos, sin, rotary_dim=rotary_dim,
+                                 interleaved=interleaved, cdt=cdt, xp=xp)
+        return out if out.dtype == x.dtype else xp.astype(out, x.dtype)
     return apply_rotation(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt,
                           xp=xp)
+
+
+def _rotation_in(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
+                 xp: Any) -> Any:
+    """:func:`apply_rotation` of ``x`` taken to ``cdt`` (exact: ``cdt`` is at least as wide),
+    left in ``cdt``."""
+    return apply_rotation(x if x.dtype == cdt else xp.astype(x, cdt), cos, sin,
+                          rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt, xp=xp)
 
 
 def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,
