@@ -287,11 +287,46 @@ class TransformerXL(RelativeEmbedding):
         xp = ctx.xp
         if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
             rel = -distance(q, k, ctx=ctx)  # q - k, exact in integers
+            by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
+            if by_distance is not None:
+                return by_distance
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
         cos, sin = cos_sin(rel, self.frequencies, ctx=ctx)
         return xp.concat((sin, cos), axis=-1)
+
+    def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
+        """The embeddings as rows of a table with one row per distance ``d`` in
+        ``[min q - max k, max q - min k]``, cast to ``dtype``, gathered at ``rel = q - k``: one
+        angle per distance instead of one per (query, key) pair. The same bits (the angles,
+        sines and cosines are elementwise, and the cast commutes with the gather). None where
+        the range cannot be read now (inside a trace; on a device where reading synchronizes)
+        or the table would not be smaller than the pairs."""
+        qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
+        if qb is None or kb is None:
+            return None
+        low, high = qb[0] - kb[1], qb[1] - kb[0]
+        pairs = math.prod(int(n) for n in rel.shape)
+        if high - low + 1 > pairs // 2:
+            return None
+        xp = ctx.xp
+        d = xp.arange(low, high + 1, dtype=rel.dtype, device=ctx.device)
+        cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
+        table = xp.astype(xp.concat((sin, cos), axis=-1), dtype)
+        return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
+
+
+def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
+    tracer's, or on a device where reading values would synchronize it."""
+    if math.prod(int(n) for n in a.shape) == 0 or ctx.backend.is_tracing(a):
+        return None
+    from ..rope import _delegation
+
+    if not _delegation.reads_cheaply(a, xp=ctx.xp):
+        return None
+    return _delegation.int_bounds(a, ctx=ctx)
 
 
 @hookimpl
