@@ -168,7 +168,7 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
            lambda: hand_transformer_xl(xp, fpos, fpos, 16))
 
 
-def section_calls(reps: int) -> None:
+def section_calls(reps: int, only: tuple[str, ...] = ("numpy", "torch", "jax")) -> None:
     print("fixed cost per call, small inputs, eager, one thread (µs per call)")
     backends: list[tuple[str, Any, Callable[..., Any], Callable[[Any], Any], float | None]] = [
         ("numpy", np, np.asarray, lambda r: r, 20e-6)]
@@ -187,6 +187,8 @@ def section_calls(reps: int) -> None:
     except ImportError:
         print("jax not installed: skipped")
     for name, xp, asarray, sync, goal in backends:
+        if name not in only:
+            continue
         for label, ours, hand in _small_cases(xp, asarray):
             o, h = interleaved([ours, hand], reps, inner=200 if name != "jax" else 20, sync=sync)
             ok = o <= goal if goal is not None else (o - h) <= 20e-6
@@ -352,6 +354,8 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections of {', '.join(SECTIONS)}")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for 'load'")
+    parser.add_argument("--backends", default="numpy,torch,jax",
+                        help="the frameworks of 'calls' (comma-separated)")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in chosen:
@@ -361,6 +365,8 @@ def main() -> None:
     for s in chosen:
         if s == "load":
             section_load(args.reps, args.threads)
+        elif s == "calls":
+            section_calls(args.reps, tuple(args.backends.split(",")))
         else:
             globals()[f"section_{s}"](args.reps)
 

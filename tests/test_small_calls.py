@@ -4,6 +4,9 @@ computation they replace, on every backend (``PEREGISTRY_BACKENDS``).
 * ``transformer-xl`` at integer positions computes one angle per distance and gathers; the
   same positions as floats take the direct path (one angle per pair), and ``q - k`` is exact in
   either, so the two must agree bit for bit.
+* ``rotate`` remembers the rows of its last call (by offset, and by the positions array where
+  the framework says when an array changes: torch's version counter, JAX's immutability): a
+  positions tensor written in place, or caches cleared, must never give stale rows.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import BACKENDS
 
 import peregistry as per
 
@@ -24,8 +28,8 @@ def _as_numpy(backend: Any, a: Any) -> Any:
 @pytest.mark.parametrize(("q", "k"), [
     (np.arange(37), np.arange(50)),                      # a table of 86 distances, 1850 pairs
     (np.arange(64) + 1000, np.arange(64) + 990),         # shifted
-    (np.array([[3, 9, 4, 4, 0, 7, 1, 2]]), np.arange(40)),  # batched, repeated positions
-    (np.array([0, 500]), np.array([0, 400])),            # far apart: no table (direct path)
+    (np.random.default_rng(0).integers(0, 10, (2, 32)), np.arange(40)),  # batched, repeats
+    (np.arange(0, 3200, 100), np.arange(0, 3200, 100)),  # far apart: no table (direct path)
 ])
 def test_transformer_xl_by_distance_bit_for_bit(backend: Any, dim: int, q: Any, k: Any) -> None:
     enc: Any = per.get_encoder("transformer-xl", dim=dim)
@@ -40,3 +44,44 @@ def test_transformer_xl_by_distance_bit_for_bit(backend: Any, dim: int, q: Any, 
         assert tuple(ints.shape) == (*q.shape, k.shape[-1], dim)
         np.testing.assert_array_equal(_as_numpy(backend, ints), _as_numpy(backend, direct),
                                       err_msg=f"{name}, q={q.tolist()}, k={k.tolist()}")
+
+
+def test_rotate_after_positions_written_in_place() -> None:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("rotary", dim=16)
+    x = torch.randn(2, 4, 1, 16)
+    ids = torch.tensor([[[5]], [[9]]])
+    first = enc.rotate(x, ids)
+    ids.fill_(7)  # in place: same object, new values
+    again = enc.rotate(x, ids)
+    torch.testing.assert_close(again, enc.rotate(x, torch.full((2, 1, 1), 7)), rtol=0, atol=0)
+    assert not torch.equal(first, again)
+    one = torch.tensor([3])
+    a = enc.rotate(x, one)
+    one += 1
+    torch.testing.assert_close(enc.rotate(x, one), enc.rotate(x, offset=4), rtol=0, atol=0)
+    assert not torch.equal(a, enc.rotate(x, one))
+
+
+def test_rotate_memo_follows_offset_dtype_and_clear(backend: Any) -> None:
+    from peregistry.rope import clear_caches
+
+    enc: Any = per.get_encoder("rotary", dim=16)
+    rng = np.random.default_rng(0)
+    x = backend.from_numpy(rng.standard_normal((1, 2, 3, 16)).astype(np.float32))
+    ref = backend.to_numpy(enc.rotate(x, offset=4))
+    for offset in (4, 5, 4):  # the memo holds one offset: each change must be seen
+        got = backend.to_numpy(enc.rotate(x, offset=offset))
+        want = backend.to_numpy(enc.rotate(x, backend.from_numpy(np.arange(offset, offset + 3))))
+        np.testing.assert_array_equal(got, want)
+    clear_caches()
+    np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x, offset=4)), ref)
+    wide = backend.float_dtypes().get("float64")
+    if wide is not None:  # another dtype at the same offset: float64 tables, not float32 rows
+        x64 = backend.from_numpy(rng.standard_normal((1, 2, 3, 16)))
+        out = enc.rotate(x64, offset=4)
+        assert out.dtype == wide
+        ref64 = enc.rotate(x64, backend.from_numpy(np.arange(4, 7)))
+        np.testing.assert_array_equal(backend.to_numpy(out), backend.to_numpy(ref64))

@@ -55,6 +55,12 @@ class TorchBackend(Backend):
             "float64": torch.float64,
         }
 
+    def is_float_dtype(self, dtype: Any) -> bool:
+        import torch
+
+        # torch dtypes are singletons: a tuple lookup, not a dict built per call
+        return dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
     def default_float_dtype(self, device: Any = None) -> Any:
         import torch
 

@@ -257,6 +257,10 @@ class Shaw(LearnedParams, RelativeEmbedding):
 
 
 # -- Transformer-XL ------------------------------------------------------------------------------
+#: From this many (query, key) pairs on, transformer-xl computes one angle per distance.
+_BY_DISTANCE_MIN_PAIRS = 1024
+
+
 class TransformerXL(RelativeEmbedding):
     """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3):
     ``R[..., i, j, :] = [sin((q_i - k_j)·ω), cos((q_i - k_j)·ω)]``, ``ω_m = base^(-2m/dim)``
@@ -303,11 +307,13 @@ class TransformerXL(RelativeEmbedding):
         sines and cosines are elementwise, and the cast commutes with the gather). None where
         the range cannot be read now (inside a trace; on a device where reading synchronizes)
         or the table would not be smaller than the pairs."""
+        pairs = math.prod(int(n) for n in rel.shape)
+        if pairs < _BY_DISTANCE_MIN_PAIRS:  # reading the range would cost more than it saves
+            return None
         qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
         if qb is None or kb is None:
             return None
         low, high = qb[0] - kb[1], qb[1] - kb[0]
-        pairs = math.prod(int(n) for n in rel.shape)
         if high - low + 1 > pairs // 2:
             return None
         xp = ctx.xp
