@@ -85,3 +85,32 @@ def test_rotate_memo_follows_offset_dtype_and_clear(backend: Any) -> None:
         assert out.dtype == wide
         ref64 = enc.rotate(x64, backend.from_numpy(np.arange(4, 7)))
         np.testing.assert_array_equal(backend.to_numpy(out), backend.to_numpy(ref64))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_pure_path_same_bits_on_any_thread_count(threads: int, dtype: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the C kernel, torch rotates in cache blocks on one thread and in whole-tensor
+    ops on several (fewer parallel regions on a shared CPU): both are the generic rotation."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    from peregistry.rope import _kernel
+    from peregistry.rope._torch import BLOCK_ELEMENTS
+
+    monkeypatch.setattr(_kernel.KERNEL, "module", None)  # the pure-torch path
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        enc: Any = per.get_encoder("rotary", dim=64)
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 4, 2 * BLOCK_ELEMENTS // (4 * 64), 64, generator=gen)
+        x = x.to(getattr(torch, dtype))
+        pos = torch.randint(0, 5000, (x.shape[-2],), generator=gen)
+        fast = enc.rotate(x, pos)
+        generic = enc._rotate(x, pos, offset=0, params=None, seq_len=None, native=False)
+    finally:
+        torch.set_num_threads(before)
+    assert fast.dtype == x.dtype
+    assert torch.equal(fast, generic)

@@ -155,7 +155,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) ->
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:] = x[..., rotary_dim:]
     shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
-    if not shared or x.numel() < 2 * BLOCK_ELEMENTS:
+    # Blocks only on one thread: with several, each op of each block is a parallel region,
+    # and on a shared CPU every region waits for a thread the OS has descheduled (35-55x a
+    # clone with the other core busy, against 2-3x for a few whole-tensor ops).
+    if not shared or x.numel() < 2 * BLOCK_ELEMENTS or torch.get_num_threads() > 1:
         _rotate_halves_into(x, cos, sin, out, rotary_dim, interleaved)
     else:
         _rotate_blocked(x, cos, sin, out, rotary_dim, interleaved)
