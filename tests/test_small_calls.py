@@ -114,3 +114,20 @@ def test_torch_pure_path_same_bits_on_any_thread_count(threads: int, dtype: str,
         torch.set_num_threads(before)
     assert fast.dtype == x.dtype
     assert torch.equal(fast, generic)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (2, 1, 3)])
+def test_cos_sin_from_the_position_table_bit_for_bit(backend: Any, layout: str,
+                                                     shape: tuple[int, ...]) -> None:
+    """Eager ``cos_sin`` at integer positions reads rows of the position table (float32 and
+    float64 outputs); they equal the computation ``cos_sin`` does at real-valued positions (the
+    same values, which the table never serves)."""
+    enc: Any = per.get_encoder("rotary", dim=16, rotary_dim=12, layout=layout)
+    ids = np.random.default_rng(1).integers(0, 3000, size=shape)
+    for name, dt in backend.float_dtypes().items():
+        cos, sin = enc.cos_sin(backend.from_numpy(ids), dtype=dt)
+        fc, fs = enc.cos_sin(backend.from_numpy(ids, dtype=backend.wide_float_dtype()), dtype=dt)
+        assert cos.dtype == dt and tuple(cos.shape) == (*shape, 12), name
+        np.testing.assert_array_equal(_as_numpy(backend, cos), _as_numpy(backend, fc), name)
+        np.testing.assert_array_equal(_as_numpy(backend, sin), _as_numpy(backend, fs), name)

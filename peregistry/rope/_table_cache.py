@@ -355,3 +355,20 @@ def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: C
         return None
     cos, sin = table
     return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
+
+
+def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Tables | None:
+    """``enc.cos_sin``'s half-width tables at integer ``pos`` as rows of the position table of
+    ``dtype``, each ``(*pos.shape, rotary_dim/2)``; None where the table does not serve them
+    (its class, the dtype, the positions; see :func:`gather_rows`). Only float32 and float64
+    tables: their rows are the wide values rounded once to ``dtype``, as computing gives, where
+    a narrower dtype would need a second rounding."""
+    xp = ctx.xp
+    if not type(enc)._table_use.position_ids or dtype not in (xp.float32, xp.float64):
+        return None
+    shape = tuple(pos.shape)
+    rows = gather_rows(enc, pos, (*shape, enc._head_dim()), ctx=ctx, cdt=dtype)
+    if rows is None or tuple(rows[0].shape[:-1]) == shape:
+        return rows
+    half = rows[0].shape[-1]
+    return xp.reshape(rows[0], (*shape, half)), xp.reshape(rows[1], (*shape, half))

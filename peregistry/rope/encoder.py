@@ -23,7 +23,15 @@ from ..encoders.context import Ctx, resolve_dtype
 from . import _delegation
 from ._apply import RotaryTables
 from ._funcs import Layout, full_width
-from ._table_cache import OffsetKey, TableCache, TableUse, broadcasts_into, gather_rows, table_rows
+from ._table_cache import (
+    OffsetKey,
+    TableCache,
+    TableUse,
+    broadcasts_into,
+    cos_sin_rows,
+    gather_rows,
+    table_rows,
+)
 
 __all__ = ["RotaryEncoder"]
 
@@ -168,11 +176,15 @@ class RotaryEncoder(Encoder):
         ctx, (pos,) = self._context(positions)
         pos = self._positions(pos, ctx)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
-        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
-                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        seq_len, tracing = self._check_seq_len(seq_len), ctx.backend.is_tracing(pos)
+        rows = None if tracing else cos_sin_rows(self, pos, ctx=ctx, dtype=out_dtype)
+        cos, sin = rows if rows is not None else self._table(
+            pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
         layout: Layout = "interleaved" if self._interleaved() else "half"
         xp = ctx.xp
         cos, sin = full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
+        if cos.dtype == out_dtype:  # table rows: full_width made new arrays already
+            return cos, sin
         return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
