@@ -135,7 +135,11 @@ class TorchBackend(Backend):
     def is_tracing(self, x: Any) -> bool:
         import torch
 
-        return bool(torch.compiler.is_compiling()) or is_placeholder(x)
+        if torch.compiler.is_compiling():
+            return True
+        if type(x) is torch.Tensor and torch._C._functorch.peek_interpreter_stack() is None:
+            return False  # eager, outside torch.func transforms: no wrapper (the common case)
+        return is_placeholder(x)
 
     def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
                                                                        dict[str, Any]] | None:

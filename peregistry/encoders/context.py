@@ -7,6 +7,7 @@ classes of :mod:`.base` call these; plugin hooks receive the :class:`Ctx`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -135,13 +136,8 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
     if positions is None:
         raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
                         f"with {allowed}, got None")
-    xp = ctx.xp
     dtype = positions.dtype
-    try:
-        integral = xp.isdtype(dtype, "integral")
-        real = xp.isdtype(dtype, "real floating")
-    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
-        integral = real = False
+    integral, real = _dtype_kind(ctx.xp, dtype)
     if integral:
         return positions
     if real:
@@ -152,6 +148,31 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
             f"positions only), got {ctx.backend.dtype_name(dtype)}"
         )
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
+
+
+#: ``(namespace name, dtype)`` -> ``(integral, real floating)``: asked on every call, answered
+#: once per dtype (``isdtype`` costs microseconds in array-api-compat's NumPy namespace).
+_DTYPE_KINDS: dict[tuple[str, Any], tuple[bool, bool]] = {}
+
+
+def _dtype_kind(xp: Any, dtype: Any) -> tuple[bool, bool]:
+    name = getattr(xp, "__name__", "")
+    # Not for torch: its isdtype is cheap, and a dict filled while Dynamo traces would be
+    # guarded on and cost a recompilation (see Registry.backend_of).
+    cached = "torch" not in name
+    if cached:
+        try:
+            return _DTYPE_KINDS[(name, dtype)]
+        except (KeyError, TypeError):  # new, or an unhashable dtype
+            pass
+    try:
+        kind = (bool(xp.isdtype(dtype, "integral")), bool(xp.isdtype(dtype, "real floating")))
+    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
+        kind = (False, False)
+    if cached and len(_DTYPE_KINDS) < 256:
+        with contextlib.suppress(TypeError):  # an unhashable dtype
+            _DTYPE_KINDS[(name, dtype)] = kind
+    return kind
 
 
 def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
