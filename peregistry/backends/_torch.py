@@ -69,7 +69,9 @@ class TorchBackend(Backend):
     def wide_float_dtype(self, device: Any = None) -> Any:
         import torch
 
-        if device is not None and torch.device(device).type == "mps":
+        kind = getattr(device, "type", None)  # a torch.device (asked on every call)
+        if device is not None and (kind if isinstance(kind, str)
+                                   else torch.device(device).type) == "mps":
             return torch.float32  # MPS has no float64
         return torch.float64
 
