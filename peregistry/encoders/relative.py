@@ -307,7 +307,9 @@ class TransformerXL(RelativeEmbedding):
         sines and cosines are elementwise, and the cast commutes with the gather). None where
         the range cannot be read now (inside a trace; on a device where reading synchronizes)
         or the table would not be smaller than the pairs."""
-        pairs = math.prod(int(n) for n in rel.shape)
+        if ctx.backend.is_tracing(rel):  # values unknown (and no generators under Dynamo)
+            return None
+        pairs = _size(rel)
         if pairs < _BY_DISTANCE_MIN_PAIRS:  # reading the range would cost more than it saves
             return None
         qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
@@ -323,10 +325,17 @@ class TransformerXL(RelativeEmbedding):
         return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
 
 
+def _size(a: Any) -> int:
+    n = 1
+    for d in a.shape:
+        n *= int(d)
+    return n
+
+
 def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
     tracer's, or on a device where reading values would synchronize it."""
-    if math.prod(int(n) for n in a.shape) == 0 or ctx.backend.is_tracing(a):
+    if ctx.backend.is_tracing(a) or _size(a) == 0:
         return None
     from ..rope import _delegation
 
