@@ -17,7 +17,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import peregistry as per
-from peregistry.parallel import shard_offset
+from peregistry.parallel import packed_positions, shard_offset, shard_positions, shard_tokens
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 B, H, S, D = 4, 4, 16, 64
@@ -69,10 +69,10 @@ def main(mode: str) -> dict[str, Any]:
     f_rot = lambda x: rot.rotate(x, offset=3)  # noqa: E731
     cases["rotate"] = run_case(f_rot, (x,), ("b", "h", "s"), ref(f_rot, x_host))
     f_rotp = lambda x, p: rot.rotate(x, p)  # noqa: E731
-    cases["rotate-positions"] = run_case(f_rotp, (x, pos), ("b", "h", "s"),
-                                         ref(f_rotp, x_host, pos_host))
     f_m = lambda x, p: mrope.rotate(x, p)  # noqa: E731
-    cases["mrope"] = run_case(f_m, (x, ids), ("b", "h", "s"), ref(f_m, x_host, ids_host))
+    whole_rotp, whole_m = ref(f_rotp, x_host, pos_host), ref(f_m, x_host, ids_host)
+    cases["rotate-positions"] = run_case(f_rotp, (x, pos), ("b", "h", "s"), whole_rotp)
+    cases["mrope"] = run_case(f_m, (x, ids), ("b", "h", "s"), whole_m)
     f_s = lambda p: sin.encode(p)  # noqa: E731
     cases["sinusoidal"] = run_case(f_s, (bpos,), ("b", "s"), ref(f_s, bpos_host))
     f_t = lambda q, k, pr: t5.bias(q, k, params=pr)  # noqa: E731
@@ -99,9 +99,50 @@ def main(mode: str) -> dict[str, Any]:
         ref(lambda x: rot.rotate(x, offset=jnp.int32(3)), x_host))
     f_cpm = jax.shard_map(cp_mrope, mesh=mesh, in_specs=(spec_x, P(None, "b", None, "s")),
                           out_specs=spec_x)
-    cases["context-parallel-mrope"] = run_case(f_cpm, (x, ids), ("b", "h", "s"),
-                                               ref(f_m, x_host, ids_host))
+    cases["context-parallel-mrope"] = run_case(f_cpm, (x, ids), ("b", "h", "s"), whole_m)
+    if mode == "auto":  # shard_map bodies see local arrays: the axis types do not reach them
+        cases.update(zigzag_cases(mesh, x_host, ids_host, rot, f_m, ref, put,
+                                  (whole_rotp, whole_m)))
     return cases
+
+
+def zigzag_cases(mesh: Any, x_host: Any, ids_host: Any, rot: Any, f_m: Any, ref: Any, put: Any,
+                 wholes: tuple[Any, Any]) -> dict[str, Any]:
+    """Zigzag layout over "s" (2 ranks, 4 chunks): the row is put in zigzag order, sharded
+    contiguously, and each rank computes its positions from its traced axis_index (and, packed,
+    from a traced, replicated cu_seqlens of uneven lengths). Same shapes as the cases above."""
+    cp = mesh.shape["s"]
+    cu = jnp.asarray([0, 4, 12, 16], dtype=jnp.int32)  # uneven, each a multiple of 2*cp
+    perm = jnp.concatenate([shard_tokens(S, cp, r, layout="zigzag", like=cu) for r in range(cp)])
+    perm_p = jnp.concatenate([shard_tokens(S, cp, r, layout="zigzag", cu_seqlens=cu)
+                              for r in range(cp)])
+    spec_x = P("b", "h", "s", None)
+
+    def zz_rotate(xl: Any) -> Any:
+        r = jax.lax.axis_index("s")
+        return rot.rotate(xl, shard_positions(S, cp, r, layout="zigzag", offset=5, like=xl))
+
+    def zz_packed(xl: Any, cul: Any) -> Any:
+        r = jax.lax.axis_index("s")
+        return rot.rotate(xl, shard_positions(S, cp, r, layout="zigzag", cu_seqlens=cul))
+
+    whole, whole_m = wholes  # the unsharded rotate at positions 5.., M-RoPE at ids_host
+    whole_p = ref(lambda x, c: rot.rotate(x, packed_positions(c, S)), x_host, cu)
+    x = put(jnp.take(x_host, perm, axis=2), "b", "h", "s", None)
+    xp_ = put(jnp.take(x_host, perm_p, axis=2), "b", "h", "s", None)
+    ids = put(jnp.take(ids_host, perm, axis=-1), None, "b", None, "s")
+    return {
+        "zigzag-rotate": run_case(
+            jax.shard_map(zz_rotate, mesh=mesh, in_specs=(spec_x,), out_specs=spec_x), (x,),
+            ("b", "h", "s"), jnp.take(whole, perm, axis=2)),
+        "zigzag-packed-rotate": run_case(
+            jax.shard_map(zz_packed, mesh=mesh, in_specs=(spec_x, P()), out_specs=spec_x),
+            (xp_, put(cu)), ("b", "h", "s"), jnp.take(whole_p, perm_p, axis=2)),
+        "zigzag-mrope": run_case(
+            jax.shard_map(f_m, mesh=mesh, in_specs=(spec_x, P(None, "b", None, "s")),
+                          out_specs=spec_x), (x, ids), ("b", "h", "s"),
+            jnp.take(whole_m, perm, axis=2)),
+    }
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Issue 8 (PyTorch): 4 gloo processes on 127.0.0.1 (tests/_torch_dist_worker.py): context
-parallel rotary/M-RoPE equal the unsharded result exactly, and a DTensor sharded on the sequence
+parallel rotary/M-RoPE equal the unsharded result exactly (contiguous and zigzag layouts, plain
+and packed), and a DTensor sharded on the sequence
 dimension goes through enc.rotate and stays a DTensor with the same placements."""
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def test_context_parallel_and_dtensor_on_four_processes() -> None:
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-4000:]
     result = json.loads(outs[0][0].strip().splitlines()[-1])
-    assert result == {"cp_rotary_equal": True, "cp_mrope_equal": True, "dtensor_type": True,
+    assert result == {"cp_rotary_equal": True, "cp_mrope_equal": True,
+                      "zigzag_rotary_equal": True, "zigzag_mrope_equal": True,
+                      "zigzag_packed_equal": True, "dtensor_type": True,
                       "dtensor_placements": "(Shard(dim=2),)", "dtensor_local_equal": True,
                       "dtensor_full_equal": True}

@@ -122,11 +122,13 @@ def hf_recomposed(module: str, cls: str, sections: tuple[int, ...], pos: Any,
 
     hf = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), cls)
     me = types.SimpleNamespace(mrope_section=list(sections))
-    freqs = torch.from_numpy(np.asarray(pos[..., None] * omega, dtype=np.float64))
-    assert freqs.dtype == torch.float64
+    angles = np.asarray(pos[..., None] * omega, dtype=np.float64)
+    # cos/sin by NumPy, as the encoder computes them on NumPy input, not by torch: the two
+    # libraries' float64 cos may differ by more than an ulp at large angles, and this test is
+    # about where HF puts each value, not about torch's cos (issue 15, item 16).
     # Each call gets its own tables: Qwen3-VL's recomposition writes into its argument.
-    want_cos = hf.recomposition_frequencies(me, freqs.cos().clone()).numpy()
-    want_sin = hf.recomposition_frequencies(me, freqs.sin().clone()).numpy()
+    want_cos = hf.recomposition_frequencies(me, torch.from_numpy(np.cos(angles))).numpy()
+    want_sin = hf.recomposition_frequencies(me, torch.from_numpy(np.sin(angles))).numpy()
     return want_cos, want_sin
 
 
@@ -135,24 +137,24 @@ def test_layout_of_cos_sin_matches_hugging_face_recomposition(module: str, cls: 
                                                               sections: tuple[int, ...],
                                                               interleaved: bool) -> None:
     """HF recomposes per-axis tables (3, bs, seq, dim/2) into one (bs, seq, dim); fed with
-    float64 angles of the encoder's own frequencies (so that only the layout, and the last ulp
-    of cos/sin, may differ), it gives our cos_sin."""
+    NumPy's float64 cos/sin of the encoder's own angles (so that only the layout may differ), it
+    gives our cos_sin bit for bit."""
     pytest.importorskip("transformers", reason="transformers is the reference only in the torch env")
     dim, theta = 128, 1e6
     enc = per.get_encoder("mrope", dim=dim, sections=sections, theta=theta,
                           interleaved=interleaved)
     pos = np.random.default_rng(1).integers(0, 5000, size=(3, 2, 7))
-    # RoFormer's ω = θ^(-2i/d), as the encoder computes it: a frequency one ulp off (NumPy's
-    # θ ** -x against 1 / θ ** x) moves an angle near 5000 by ~1e-12, the tolerance itself.
+    # RoFormer's ω = θ^(-2i/d), as the encoder computes it (checked against the formula): the
+    # reference then uses the encoder's own angles, so any difference is one of layout.
     omega = enc.inv_freq()  # type: ignore[attr-defined]
     np.testing.assert_allclose(omega, theta ** (-np.arange(0, dim, 2) / dim), rtol=4e-16, atol=0)
     want_cos, want_sin = hf_recomposed(module, cls, sections, pos, omega)
     cos, sin = enc.cos_sin(pos, dtype=np.float64)
     assert isinstance(cos, np.ndarray) and cos.dtype == np.float64, (type(cos), cos.dtype)
-    np.testing.assert_allclose(cos, want_cos, atol=1e-12, rtol=0,
-                               err_msg=explain_mismatch(cos, want_cos, sections, interleaved))
-    np.testing.assert_allclose(sin, want_sin, atol=1e-12, rtol=0,
-                               err_msg=explain_mismatch(sin, want_sin, sections, interleaved))
+    np.testing.assert_array_equal(cos, want_cos,
+                                  err_msg=explain_mismatch(cos, want_cos, sections, interleaved))
+    np.testing.assert_array_equal(sin, want_sin,
+                                  err_msg=explain_mismatch(sin, want_sin, sections, interleaved))
 
 
 def test_cos_sin_does_not_depend_on_what_ran_before() -> None:

@@ -114,10 +114,13 @@ class TorchBackend(Backend):
     def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
                                                            Callable[[], int]]:
         # Dynamo replays Python side effects on every call, so count compiled frames instead.
+        # Counting traces is Dynamo's work, the same for every backend: without a choice in the
+        # environment, aot_eager (the whole graph, functionalized) spares inductor's codegen,
+        # seconds per graph; :meth:`jit` (check_jit's values) keeps inductor.
         import torch
         from torch._dynamo.testing import CompileCounterWithBackend
 
-        backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
+        backend = os.environ.get(COMPILE_BACKEND_ENV, "aot_eager")
         if backend == "inductor":
             _import_inductor_quietly()
         counter = CompileCounterWithBackend(backend)

@@ -24,6 +24,7 @@ from ._hand import (
     hand_sinusoidal,
     hand_t5,
     hand_transformer_xl,
+    hand_xpos,
 )
 
 if TYPE_CHECKING:
@@ -142,6 +143,16 @@ def _bench_rotary(b: Bench, quick: bool) -> Case:
                   lambda v: hand_rotary(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
 
 
+def _bench_xpos(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
+    enc = per.get_encoder("xpos", dim=d)
+    x = b.randn((n, h, s, d))
+    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
+                  lambda v: hand_xpos(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
+
+
 def _bench_alibi(b: Bench, quick: bool) -> Case:
     import peregistry as per
 
@@ -248,6 +259,7 @@ BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "rotary": _bench_rotary,
     "alibi": _bench_alibi,
     "mrope": _bench_mrope,
+    "xpos": _bench_xpos,
     "learned": _bench_learned,
     "learned-2d": _bench_learned_2d,
     "t5": _bench_t5,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope", "hand_rotary",
-           "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl"]
+           "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl", "hand_xpos"]
 
 
 def hand_sinusoidal(xp: Any, pos: Any, dim: int, base: float = 10000.0) -> Any:
@@ -35,6 +35,23 @@ def hand_rotary(xp: Any, x: Any, theta: float = 10000.0) -> Any:
     half = dim // 2
     rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
     return x * cos + rotated * sin
+
+
+def hand_xpos(xp: Any, x: Any, scale_base: float = 512.0, theta: float = 10000.0) -> Any:
+    """xPos queries (rotary-embedding-torch ``use_xpos``, interleaved pairs) of ``x: (..., seq,
+    dim)`` at positions ``0..seq-1``: RoPE times ``ζ_i^(p/B)``, ``ζ_i = (2i + 0.4·dim)/(1.4·dim)``."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    i2 = xp.arange(0, dim, 2, dtype=xp.float32)
+    inv_freq = theta ** (-i2 / dim)
+    pos = xp.arange(seq, dtype=xp.float32)[:, None]
+    freqs = pos * inv_freq[None, :]
+    scale = ((i2 + 0.4 * dim) / (1.4 * dim))[None, :] ** (pos / scale_base)
+    cos = xp.reshape(xp.stack((xp.cos(freqs), xp.cos(freqs)), axis=-1), (seq, dim))
+    sin = xp.reshape(xp.stack((xp.sin(freqs), xp.sin(freqs)), axis=-1), (seq, dim))
+    scale = xp.reshape(xp.stack((scale, scale), axis=-1), (seq, dim))
+    # x: [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
+    rotated = xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
+    return (x * cos + rotated * sin) * scale
 
 
 def hand_mrope(xp: Any, x: Any, pos: Any, sections: Sequence[int], theta: float = 10000.0) -> Any:

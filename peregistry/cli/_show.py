@@ -172,11 +172,14 @@ def _show_absolute(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
 
 def _show_rotary(enc: Encoder, ctx: ShowContext) -> dict[str, Any]:
     """``enc.cos_sin(positions)`` (attention factor included). 1-D positions are text tokens:
-    multi-axis encoders (M-RoPE) get them on every axis (``enc.text_positions``)."""
+    multi-axis encoders (M-RoPE) get them on every axis (``enc.text_positions``). A rotary
+    encoder with learned params (the vision plugin's ``rope-mixed``) gets the params shown in
+    the header (``cos_sin(..., params=)``)."""
     positions = ctx.positions
     if len(positions.shape) == 1:
         positions = enc.text_positions(positions)  # type: ignore[attr-defined]
-    cos, sin = enc.cos_sin(positions, dtype=ctx.dtype)  # type: ignore[attr-defined]
+    extra = {"params": ctx.params(enc)} if enc.learned else {}
+    cos, sin = enc.cos_sin(positions, dtype=ctx.dtype, **extra)  # type: ignore[attr-defined]
     return {"cos": cos, "sin": sin}
 
 

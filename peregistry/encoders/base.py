@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._options import Option, freeze, thaw
 from .._services import current_services, use_services
 from ._overrides import guard_overrides
-from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
+from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype, run_hook
 
 if TYPE_CHECKING:
     from .._services import Services
@@ -360,7 +360,7 @@ class AbsoluteEncoder(Encoder):
         pos = self._positions(pos, ctx)
         params = self._check_params(params, ctx)
         out_dtype = self._output_dtype(dtype, params, ctx)
-        out = self._encode(pos, params=params, ctx=ctx)
+        out = run_hook(self, "_encode", ctx, pos, params=params)
         return self._finish(out, out_dtype, ctx, hook="_encode")
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
@@ -396,7 +396,7 @@ class BiasEncoder(Encoder):
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        out = self._bias(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
+        out = run_hook(self, "_bias", ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_bias")
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
@@ -432,7 +432,7 @@ class RelativeEmbedding(Encoder):
 
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        out = self._embed(q, k, params=prepared, ctx=ctx, dtype=out_dtype)
+        out = run_hook(self, "_embed", ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_embed")
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from .._services import Services
     from ..backends._base import Backend
 
-__all__ = ["Ctx", "check_positions", "make_context", "params_dtype", "resolve_dtype"]
+__all__ = ["Ctx", "check_positions", "make_context", "params_dtype", "resolve_dtype", "run_hook"]
+
+_NO_DTYPE: Any = object()  # run_hook: the hook takes no dtype (``_encode``)
+
 
 @dataclass(frozen=True, slots=True)
 class Ctx:
@@ -43,6 +46,27 @@ class Ctx:
         """A host constant (a Python number or list) as an array on the inputs' device."""
         return self.xp.asarray(values, dtype=self.wide if dtype is None else dtype,
                                device=self.device)
+
+
+#: Module names of JAX's namespaces (as array-api-compat's ``is_jax_namespace`` tests them).
+_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
+
+
+def run_hook(enc: Any, hook: str, ctx: Ctx, *arrays: Any, params: Any,
+             dtype: Any = _NO_DTYPE) -> Any:
+    """``getattr(enc, hook)(*arrays, params=params, ctx=ctx[, dtype=dtype])``: an encoder's
+    computation after validation. The one dispatch to a framework: on eager JAX, a hook whose
+    class declares ``_compile_hook_eagerly`` runs as one compiled program per shape, with the
+    bits of running it op by op (:mod:`peregistry._jax_eager`)."""
+    static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
+    if getattr(ctx.xp, "__name__", None) in _JAX_NAMES and (
+            dtype is _NO_DTYPE or dtype in (ctx.xp.float32, ctx.xp.float64)):
+        from .._jax_eager import compiled_hook
+
+        out = compiled_hook(enc, hook, arrays, {"params": dict(params)}, **static)
+        if out is not None:
+            return out
+    return getattr(enc, hook)(*arrays, params=params, ctx=ctx, **static)
 
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,

@@ -96,6 +96,7 @@ class T5Bias(LearnedParams, BiasEncoder):
 
     name = "t5"
     __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
     num_heads = Option(int, allowed="a positive integer", check=lambda n: n > 0,
                        doc="attention heads (columns of the table)", example=8)
@@ -200,6 +201,7 @@ class ALiBi(BiasEncoder):
     name = "alibi"
     properties = frozenset({"relative", "alibi-slopes"})
     __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
     # The slopes are computed at construction, one per head.
     num_heads = Option(int, allowed=f"an integer in 1..{MAX_DIM}",
@@ -240,6 +242,7 @@ class Shaw(LearnedParams, RelativeEmbedding):
     name = "shaw"
     properties = frozenset({"relative"})
     __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
     max_distance = Option(int, allowed="a positive integer", check=lambda n: n > 0,
                           doc="clipping distance k (the paper's k)", example=16)
@@ -270,6 +273,7 @@ class TransformerXL(RelativeEmbedding):
     properties = frozenset({"relative"})
     continuous = True
     __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
     dim = Option(int, allowed=f"a positive even integer <= {MAX_DIM}",
                  check=lambda d: 0 < d <= MAX_DIM and d % 2 == 0,

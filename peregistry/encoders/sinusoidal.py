@@ -46,6 +46,7 @@ class Sinusoidal(AbsoluteEncoder):
     continuous = True
     properties = frozenset({"shift-linear", "shift-invariant-dot"})
     __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
     dim = Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
                  doc="length of the encoding vector")

@@ -8,6 +8,8 @@ standard lacks.
 
 * :func:`rotate` — the rotation: torch's C kernel / blocked / functional / DTensor paths
   (:mod:`._torch`), else :func:`._funcs.apply_rotation`.
+* :func:`half_cos_sin` — a subclass's tables: on eager JAX, its hook compiled as one XLA
+  program per shape (:func:`._jax.compiled_half_cos_sin`) instead of one per operation.
 * :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
   ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
 * :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply` — the
@@ -28,10 +30,12 @@ from ._funcs import apply_rotation
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
+    from .encoder import RotaryEncoder
 
 __all__ = [
     "cache_scope",
     "cacheable",
+    "half_cos_sin",
     "int_bounds",
     "materialize",
     "reads_cheaply",
@@ -63,8 +67,26 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
     rotation (the reference)."""
     if native and _is_torch(xp):
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
+    if (_is_jax(xp) and x.dtype == cdt and cdt in (xp.float32, xp.float64)
+            and not any(_jax.is_tracer(a) for a in (x, cos, sin))):
+        # Eager: one program per shape instead of one per operation, with the same bits. Not
+        # for 16-bit x: XLA:CPU's fused conversions to float16 round differently.
+        return _jax.compiled_call(apply_rotation, x, cos, sin, rotary_dim=rotary_dim,
+                                  interleaved=interleaved, cdt=cdt, xp=xp)
     return apply_rotation(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt,
                           xp=xp)
+
+
+def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,
+                 seq_len: int | None) -> tuple[Any, Any]:
+    """``enc._half_cos_sin(pos, ...)``, the subclass's hook. On eager JAX it runs compiled as one
+    program (the same bits, see :func:`._jax.compiled_half_cos_sin`): eager JAX compiles every
+    operation anew for each new shape, tens of them for one table."""
+    if _is_jax(ctx.xp) and not ctx.backend.is_tracing(pos):
+        out = _jax.compiled_half_cos_sin(enc, pos, seq_len)
+        if out is not None:
+            return out
+    return enc._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
 
 
 def materialize(*arrays: Any, xp: Any) -> tuple[Any, ...]:

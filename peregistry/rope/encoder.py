@@ -354,7 +354,7 @@ class RotaryEncoder(Encoder):
         """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
         dependence, breakpoints = self._seq_len_dependence()
         if dependence == "none":
-            return self._half_cos_sin(pos, ctx=ctx, seq_len=None)
+            return _delegation.half_cos_sin(self, pos, ctx=ctx, seq_len=None)
         if seq_len is None:
             seq_len = static_len
         if seq_len is None and not tracing:
@@ -364,7 +364,7 @@ class RotaryEncoder(Encoder):
             if size:
                 seq_len = math.floor(float(ctx.xp.max(pos))) + 1
         if seq_len is not None or not tracing:
-            return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
+            return _delegation.half_cos_sin(self, pos, ctx=ctx, seq_len=seq_len)
         if dependence == "piecewise":
             xp = ctx.xp
             s = xp.max(pos) + 1

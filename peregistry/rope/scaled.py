@@ -52,6 +52,7 @@ class ScaledRotary(RotaryEncoder):
     """
 
     __slots__ = ("_scaled",)
+    _compile_hook_eagerly = True  # _half_cos_sin reads no values: see _jax.compiled_half_cos_sin
     _scaled: ScalingState
 
     def _validate(self) -> None:
@@ -165,6 +166,7 @@ class MultiAxisRotary(RotaryEncoder):
 
     __slots__ = ()
     _offset_rows_are_positions = True  # text positions: one position per token, on every axis
+    _compile_hook_eagerly = True  # _half_cos_sin reads no values
 
     @property
     def num_axes(self) -> int:

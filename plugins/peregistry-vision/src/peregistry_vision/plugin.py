@@ -10,6 +10,8 @@ API: :mod:`peregistry` and :mod:`peregistry.plugin`.
   ``(..., 2)`` as ``(row, col)``.
 * ``detr-sine`` — DETR's ``PositionEmbeddingSine``, optionally normalized to ``[0, scale]``:
   positions ``(..., 2)`` as ``(row, col)``.
+* ``rope-mixed`` — RoPE-Mixed (Heo et al. 2024, timm ``RotaryEmbeddingMixed``): 2-D RoPE with
+  learned frequencies per head, in :mod:`.mixed`; positions ``(2, ...)`` as ``(x, y)``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 import peregistry as per
 from peregistry.plugin import Ctx, Frequencies, MultiAxisRotary, cos_sin
 
-__all__ = ["AxialRotary", "DetrSine", "SinCos2D", "grid_positions"]
+from .mixed import RopeMixed
+
+__all__ = ["AxialRotary", "DetrSine", "RopeMixed", "SinCos2D", "grid_positions"]
 
 
 def grid_positions(height: int, width: int) -> Any:
@@ -274,4 +278,4 @@ class DetrSine(per.AbsoluteEncoder):
 
 @per.hookimpl
 def peregistry_encoders() -> list[type[per.Encoder]]:
-    return [AxialRotary, SinCos2D, DetrSine]
+    return [AxialRotary, SinCos2D, DetrSine, RopeMixed]
