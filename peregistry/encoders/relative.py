@@ -154,7 +154,7 @@ class T5Bias(LearnedParams, BiasEncoder):
         xp = ctx.xp
         idt = index_dtype(ctx)
         d = d if d.dtype == idt else xp.astype(d, idt)
-        return xp.clip(d, -m, m) + m
+        return _clip(d, m, xp=xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
@@ -255,8 +255,15 @@ class Shaw(LearnedParams, RelativeEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         m = int(self._values["max_distance"])
-        idx = ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+        idx = _clip(distance(q, k, ctx=ctx), m, xp=ctx.xp) + m
         return gather(params["table"], idx, axis=0, ctx=ctx)
+
+
+def _clip(d: Any, m: int, *, xp: Any) -> Any:
+    """``clip(d, -m, m)`` of an integer array as two elementwise comparisons: the same values,
+    without array-api-compat's general ``clip`` (broadcasting and dtype checks that cost more
+    than the arithmetic on small inputs)."""
+    return xp.where(d > m, m, xp.where(d < -m, -m, d))
 
 
 # -- Transformer-XL ------------------------------------------------------------------------------
