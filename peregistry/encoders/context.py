@@ -95,6 +95,19 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
     up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
     if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
+    backend, device = None, None
+    for a in arrays:  # the usual call: arrays of one backend (and Nones), in one pass
+        if a is None:
+            continue
+        b = registry.backend_of(a)
+        if b is None or (backend is not None and b is not backend):
+            break
+        if backend is None:
+            backend, device = b, b.device(a)
+    else:
+        if backend is not None:
+            return (Ctx(xp=backend.namespace(), backend=backend, device=device,
+                        wide=backend.wide_float_dtype(device)), list(arrays))
     labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
     first: str | None = None
