@@ -131,3 +131,23 @@ def test_cos_sin_from_the_position_table_bit_for_bit(backend: Any, layout: str,
         assert cos.dtype == dt and tuple(cos.shape) == (*shape, 12), name
         np.testing.assert_array_equal(_as_numpy(backend, cos), _as_numpy(backend, fc), name)
         np.testing.assert_array_equal(_as_numpy(backend, sin), _as_numpy(backend, fs), name)
+
+
+def test_t5_bucket_table_made_in_inference_mode_is_not_kept() -> None:
+    """t5 keeps its bucket-index array per device in eager mode; one made under
+    torch.inference_mode() is not kept, so that a later training call can save its index for
+    backward (autograd refuses inference tensors)."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("t5", num_heads=2)
+    params = enc.init(torch, dtype=torch.float32)
+    pos = torch.arange(6)
+    with torch.inference_mode():
+        frozen = enc.bias(pos, pos, params=params)
+    table = params["table"].detach().requires_grad_(True)
+    out = enc.bias(pos, pos, params={"table": table})
+    out.sum().backward()
+    assert table.grad is not None and torch.equal(out.detach(), frozen)
+    again = enc.bias(pos, pos, params={"table": table})  # served by the kept array
+    assert torch.equal(again, out)

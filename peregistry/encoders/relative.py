@@ -26,6 +26,7 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections.abc import Mapping
@@ -156,10 +157,32 @@ class T5Bias(LearnedParams, BiasEncoder):
         d = d if d.dtype == idt else xp.astype(d, idt)
         return _clip(d, m, xp=xp) + m
 
+    def _lut_array(self, idx: Any, *, ctx: Ctx) -> Any:
+        """The bucket of each clipped distance as an index array on the inputs' device: made
+        once per backend, device and dtype in eager mode (a list of 2M+1 ints turned into an
+        array costs more than the rest of a small call), never cached from inside a trace nor
+        as a torch inference tensor (autograd saves the index)."""
+        dt = index_dtype(ctx)
+        if ctx.backend.is_tracing(idx):
+            return ctx.constant(list(self._cache["lut"]), dt)
+        arrays: dict[Any, Any] = self._cache.setdefault("lut_arrays", {})
+        key = (ctx.backend.name, ctx.device, dt)
+        try:
+            return arrays[key]
+        except (KeyError, TypeError):  # new, or an unhashable device
+            pass
+        lut = ctx.constant(list(self._cache["lut"]), dt)
+        from ..rope import _delegation
+
+        if _delegation.cacheable(lut, ctx=ctx):
+            with contextlib.suppress(TypeError):
+                arrays[key] = lut
+        return lut
+
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
-        lut = ctx.constant(list(self._cache["lut"]), index_dtype(ctx))
+        lut = self._lut_array(idx, ctx=ctx)
         # (num_heads, 2M+1): the bias of each clipped distance; differentiable in the table.
         per_distance = xp.take(xp.permute_dims(params["table"], (1, 0)), lut, axis=1)
         out = gather(per_distance, idx, axis=1, ctx=ctx)  # (H, *batch, Q, K)
