@@ -151,3 +151,42 @@ def test_t5_bucket_table_made_in_inference_mode_is_not_kept() -> None:
     assert table.grad is not None and torch.equal(out.detach(), frozen)
     again = enc.bias(pos, pos, params={"table": table})  # served by the kept array
     assert torch.equal(again, out)
+
+
+def test_rotate_repeated_call_memo_sees_every_change(backend: Any) -> None:
+    """A call like the last one but for x's values reuses its validation and tables; any other
+    difference (x's dtype or shape, the offset, the positions object, seq_len, the class of x)
+    goes the full way, with its own result and its own errors."""
+    enc: Any = per.get_encoder("rotary", dim=16)
+    rng = np.random.default_rng(0)
+
+    def arr(shape: tuple[int, ...], dtype: str = "float32") -> Any:
+        return backend.from_numpy(rng.standard_normal(shape).astype(np.float32),
+                                  dtype=backend.float_dtypes()[dtype])
+
+    def ref(x: Any, pos: Any) -> Any:
+        return backend.to_numpy(enc._rotate(x, pos, offset=0, params=None, seq_len=None,
+                                            native=False))
+
+    x1, x2 = arr((1, 2, 3, 16)), arr((1, 2, 3, 16))
+    for off in (4, 4, 5, 5, 4):
+        for x in (x1, x2):
+            want = ref(x, backend.from_numpy(np.arange(off, off + 3)))
+            np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x, offset=off)), want)
+    ids = backend.from_numpy(np.array([7, 1, 30]))
+    for x in (x1, x2, x1):
+        np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x, ids)), ref(x, ids))
+    other = backend.from_numpy(np.array([7, 1, 31]))  # another object: its own rows
+    np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x1, other)), ref(x1, other))
+    x3 = arr((1, 2, 5, 16))  # another shape: positions of 3 do not broadcast over 5
+    with pytest.raises(ValueError, match="broadcast"):
+        enc.rotate(x3, other)
+    with pytest.raises(ValueError, match="only used with positions=None"):
+        enc.rotate(x1, other, offset=2)
+    with pytest.raises(ValueError, match=r"x.shape\[-1\] should be dim=16"):
+        enc.rotate(arr((1, 2, 3, 8)), offset=4)
+    if "float64" in backend.float_dtypes():
+        x64 = arr((1, 2, 3, 16), "float64")
+        out = enc.rotate(x64, other)
+        assert out.dtype == x64.dtype
+        np.testing.assert_array_equal(backend.to_numpy(out), ref(x64, other))

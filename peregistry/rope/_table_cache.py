@@ -217,6 +217,9 @@ class TableCache:
     #: tuple, replaced whole (no lock needed).
     last_rows: Any = None
     last_ids: Any = None
+    #: The last eager ``rotate`` calls' signatures and tables, newest first, at most
+    #: :data:`CALLS_KEPT` (:func:`same_call_tables`): q and k differ in shape (GQA).
+    last_calls: tuple[Any, ...] = ()
 
     @property
     def positions(self) -> dict[tuple[Any, Any], Tables]:
@@ -372,3 +375,60 @@ def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Table
         return rows
     half = rows[0].shape[-1]
     return xp.reshape(rows[0], (*shape, half)), xp.reshape(rows[1], (*shape, half))
+
+
+#: How many eager ``rotate`` signatures an encoder keeps (q and k of a layer, and a spare).
+CALLS_KEPT = 4
+
+
+def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | None, *,
+                  call: Any, tables: Tables) -> None:
+    """Keep what a validated eager ``rotate`` call was (the class, dtype, shape and device of
+    ``x``; the positions object and its values token, or the int offset; ``seq_len``) with the
+    tables it rotated by, for :func:`same_call_tables`. Not for calls whose positions can change
+    unseen (NumPy arrays, Python sequences), nor from a trace, nor torch inference tensors."""
+    ctx = call.ctx
+    if call.tracing or not _delegation.cacheable(tables[0], ctx=ctx):
+        return
+    if positions is None:
+        if type(offset) is not int:
+            return
+        token = None
+    else:
+        if type(offset) is not int or offset != 0 or ctx.backend.is_tracing(positions):
+            return
+        if enc._services.backend_of(positions) is not ctx.backend:
+            return
+        token = _delegation.values_token(positions, xp=ctx.xp)
+        if token is None:
+            return
+    x = call.x
+    cache = enc._table_cache
+    entry = (type(x), x.dtype, tuple(x.shape), ctx.device, positions, token, offset, seq_len,
+             SHARED.generation, tables, call.cdt, ctx.xp)
+    cache.last_calls = (entry, *cache.last_calls[:CALLS_KEPT - 1])
+
+
+def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
+                     seq_len: int | None) -> tuple[Tables, Any, Any] | None:
+    """``(tables, cdt, xp)`` of the previous eager ``rotate`` call if this one is the same but
+    for the values of ``x`` (a model's q and k, layer after layer, at one decoding step): its
+    validation would pass as before and its tables are those. None otherwise, and always
+    inside a trace (checked first: a tracer must not read the cache)."""
+    kept = enc._table_cache.last_calls
+    if not kept or type(offset) is not int:
+        return None
+    backend = enc._services.backend_of(x)
+    if backend is None or backend.is_tracing(x):
+        return None
+    shape, generation = tuple(x.shape), SHARED.generation
+    for xtype, dtype, xshape, device, pos, token, off, sl, gen, tables, cdt, xp in kept:
+        if (type(x) is not xtype or x.dtype != dtype or shape != xshape or sl != seq_len
+                or gen != generation or offset != off or positions is not pos):
+            continue
+        if pos is not None and _delegation.values_token(pos, xp=xp) != token:
+            return None
+        if backend.device(x) != device:
+            continue
+        return tables, cdt, xp
+    return None
