@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ._base import Backend
@@ -25,6 +26,35 @@ class NumpyBackend(Backend):
         import numpy
 
         return numpy
+
+    # NumPy's dtypes never change: answered from constants (every public call asks them).
+    def float_dtypes(self) -> Mapping[str, Any]:
+        import numpy as np
+
+        return {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+    def default_float_dtype(self, device: Any = None) -> Any:
+        import numpy as np
+
+        return np.dtype(np.float64)  # as array-api-compat's default_dtypes() says
+
+    def wide_float_dtype(self, device: Any = None) -> Any:
+        import numpy as np
+
+        return np.float64
+
+    def is_float_dtype(self, dtype: Any) -> bool:
+        import numpy as np
+
+        if isinstance(dtype, np.dtype):  # float16/32/64, not longdouble
+            return dtype.kind == "f" and dtype.itemsize <= 8
+        return super().is_float_dtype(dtype)
+
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
+        """``numpy.take`` takes N-d indices directly (no flatten and reshape)."""
+        import numpy as np
+
+        return np.take(table, idx, axis=axis)
 
     def device(self, x: Any) -> Any:
         return "cpu"

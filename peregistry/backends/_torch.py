@@ -55,6 +55,12 @@ class TorchBackend(Backend):
             "float64": torch.float64,
         }
 
+    def is_float_dtype(self, dtype: Any) -> bool:
+        import torch
+
+        # torch dtypes are singletons: a tuple lookup, not a dict built per call
+        return dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
     def default_float_dtype(self, device: Any = None) -> Any:
         import torch
 
@@ -63,7 +69,9 @@ class TorchBackend(Backend):
     def wide_float_dtype(self, device: Any = None) -> Any:
         import torch
 
-        if device is not None and torch.device(device).type == "mps":
+        kind = getattr(device, "type", None)  # a torch.device (asked on every call)
+        if device is not None and (kind if isinstance(kind, str)
+                                   else torch.device(device).type) == "mps":
             return torch.float32  # MPS has no float64
         return torch.float64
 
@@ -132,7 +140,11 @@ class TorchBackend(Backend):
     def is_tracing(self, x: Any) -> bool:
         import torch
 
-        return bool(torch.compiler.is_compiling()) or is_placeholder(x)
+        if torch.compiler.is_compiling():
+            return True
+        if type(x) is torch.Tensor and torch._C._functorch.peek_interpreter_stack() is None:
+            return False  # eager, outside torch.func transforms: no wrapper (the common case)
+        return is_placeholder(x)
 
     def grad(self, fn: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]],
                                                                        dict[str, Any]] | None:

@@ -7,6 +7,7 @@ classes of :mod:`.base` call these; plugin hooks receive the :class:`Ctx`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,19 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
     up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
     if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
+    backend, device = None, None
+    for a in arrays:  # the usual call: arrays of one backend (and Nones), in one pass
+        if a is None:
+            continue
+        b = registry.backend_of(a)
+        if b is None or (backend is not None and b is not backend):
+            break
+        if backend is None:
+            backend, device = b, b.device(a)
+    else:
+        if backend is not None:
+            return (Ctx(xp=backend.namespace(), backend=backend, device=device,
+                        wide=backend.wide_float_dtype(device)), list(arrays))
     labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
     first: str | None = None
@@ -159,13 +173,8 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
     if positions is None:
         raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
                         f"with {allowed}, got None")
-    xp = ctx.xp
     dtype = positions.dtype
-    try:
-        integral = xp.isdtype(dtype, "integral")
-        real = xp.isdtype(dtype, "real floating")
-    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
-        integral = real = False
+    integral, real = _dtype_kind(ctx.xp, dtype)
     if integral:
         return positions
     if real:
@@ -176,6 +185,31 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
             f"positions only), got {ctx.backend.dtype_name(dtype)}"
         )
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
+
+
+#: ``(namespace name, dtype)`` -> ``(integral, real floating)``: asked on every call, answered
+#: once per dtype (``isdtype`` costs microseconds in array-api-compat's NumPy namespace).
+_DTYPE_KINDS: dict[tuple[str, Any], tuple[bool, bool]] = {}
+
+
+def _dtype_kind(xp: Any, dtype: Any) -> tuple[bool, bool]:
+    name = getattr(xp, "__name__", "")
+    # Not for torch: its isdtype is cheap, and a dict filled while Dynamo traces would be
+    # guarded on and cost a recompilation (see Registry.backend_of).
+    cached = "torch" not in name
+    if cached:
+        try:
+            return _DTYPE_KINDS[(name, dtype)]
+        except (KeyError, TypeError):  # new, or an unhashable dtype
+            pass
+    try:
+        kind = (bool(xp.isdtype(dtype, "integral")), bool(xp.isdtype(dtype, "real floating")))
+    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
+        kind = (False, False)
+    if cached and len(_DTYPE_KINDS) < 256:
+        with contextlib.suppress(TypeError):  # an unhashable dtype
+            _DTYPE_KINDS[(name, dtype)] = kind
+    return kind
 
 
 def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:

@@ -91,9 +91,8 @@ def as_index(positions: Any, ctx: Ctx) -> Any:
 
 def distance(q: Any, k: Any, *, ctx: Ctx) -> Any:
     """``k - q`` of shape ``(*batch, Q, K)``: ``d[..., i, j] = k[..., j] - q[..., i]``."""
-    xp = ctx.xp
     qi, ki = as_index(q, ctx), as_index(k, ctx)
-    return xp.expand_dims(ki, axis=-2) - xp.expand_dims(qi, axis=-1)
+    return ki[..., None, :] - qi[..., :, None]  # indexing adds the axes (cheaper than expand_dims)
 
 
 def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:

@@ -26,6 +26,7 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections.abc import Mapping
@@ -154,12 +155,34 @@ class T5Bias(LearnedParams, BiasEncoder):
         xp = ctx.xp
         idt = index_dtype(ctx)
         d = d if d.dtype == idt else xp.astype(d, idt)
-        return xp.clip(d, -m, m) + m
+        return _clip(d, m, xp=xp) + m
+
+    def _lut_array(self, idx: Any, *, ctx: Ctx) -> Any:
+        """The bucket of each clipped distance as an index array on the inputs' device: made
+        once per backend, device and dtype in eager mode (a list of 2M+1 ints turned into an
+        array costs more than the rest of a small call), never cached from inside a trace nor
+        as a torch inference tensor (autograd saves the index)."""
+        dt = index_dtype(ctx)
+        if ctx.backend.is_tracing(idx):
+            return ctx.constant(list(self._cache["lut"]), dt)
+        arrays: dict[Any, Any] = self._cache.setdefault("lut_arrays", {})
+        key = (ctx.backend.name, ctx.device, dt)
+        try:
+            return arrays[key]
+        except (KeyError, TypeError):  # new, or an unhashable device
+            pass
+        lut = ctx.constant(list(self._cache["lut"]), dt)
+        from ..rope import _delegation
+
+        if _delegation.cacheable(lut, ctx=ctx):
+            with contextlib.suppress(TypeError):
+                arrays[key] = lut
+        return lut
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
-        lut = ctx.constant(list(self._cache["lut"]), index_dtype(ctx))
+        lut = self._lut_array(idx, ctx=ctx)
         # (num_heads, 2M+1): the bias of each clipped distance; differentiable in the table.
         per_distance = xp.take(xp.permute_dims(params["table"], (1, 0)), lut, axis=1)
         out = gather(per_distance, idx, axis=1, ctx=ctx)  # (H, *batch, Q, K)
@@ -255,11 +278,22 @@ class Shaw(LearnedParams, RelativeEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         m = int(self._values["max_distance"])
-        idx = ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+        idx = _clip(distance(q, k, ctx=ctx), m, xp=ctx.xp) + m
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 
+def _clip(d: Any, m: int, *, xp: Any) -> Any:
+    """``clip(d, -m, m)`` of an integer array as two elementwise comparisons: the same values,
+    without array-api-compat's general ``clip`` (broadcasting and dtype checks that cost more
+    than the arithmetic on small inputs)."""
+    return xp.where(d > m, m, xp.where(d < -m, -m, d))
+
+
 # -- Transformer-XL ------------------------------------------------------------------------------
+#: From this many (query, key) pairs on, transformer-xl computes one angle per distance.
+_BY_DISTANCE_MIN_PAIRS = 1024
+
+
 class TransformerXL(RelativeEmbedding):
     """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3):
     ``R[..., i, j, :] = [sin((q_i - k_j)·ω), cos((q_i - k_j)·ω)]``, ``ω_m = base^(-2m/dim)``
@@ -291,11 +325,57 @@ class TransformerXL(RelativeEmbedding):
         xp = ctx.xp
         if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
             rel = -distance(q, k, ctx=ctx)  # q - k, exact in integers
+            by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
+            if by_distance is not None:
+                return by_distance
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
         cos, sin = cos_sin(rel, self.frequencies, ctx=ctx)
         return xp.concat((sin, cos), axis=-1)
+
+    def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
+        """The embeddings as rows of a table with one row per distance ``d`` in
+        ``[min q - max k, max q - min k]``, cast to ``dtype``, gathered at ``rel = q - k``: one
+        angle per distance instead of one per (query, key) pair. The same bits (the angles,
+        sines and cosines are elementwise, and the cast commutes with the gather). None where
+        the range cannot be read now (inside a trace; on a device where reading synchronizes)
+        or the table would not be smaller than the pairs."""
+        if ctx.backend.is_tracing(rel):  # values unknown (and no generators under Dynamo)
+            return None
+        pairs = _size(rel)
+        if pairs < _BY_DISTANCE_MIN_PAIRS:  # reading the range would cost more than it saves
+            return None
+        qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
+        if qb is None or kb is None:
+            return None
+        low, high = qb[0] - kb[1], qb[1] - kb[0]
+        if high - low + 1 > pairs // 2:
+            return None
+        xp = ctx.xp
+        d = xp.arange(low, high + 1, dtype=rel.dtype, device=ctx.device)
+        cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
+        table = xp.astype(xp.concat((sin, cos), axis=-1), dtype)
+        return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
+
+
+def _size(a: Any) -> int:
+    n = 1
+    for d in a.shape:
+        n *= int(d)
+    return n
+
+
+def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
+    tracer's, or on a device where reading values would synchronize it."""
+    if ctx.backend.is_tracing(a) or _size(a) == 0:
+        return None
+    from ..rope import _delegation
+
+    if not _delegation.reads_cheaply(a, xp=ctx.xp):
+        return None
+    return _delegation.int_bounds(a, ctx=ctx)
 
 
 @hookimpl

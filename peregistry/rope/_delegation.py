@@ -40,6 +40,7 @@ __all__ = [
     "materialize",
     "reads_cheaply",
     "rotate",
+    "values_token",
     "wide_int",
 ]
 
@@ -155,3 +156,16 @@ def reads_cheaply(x: Any, *, xp: Any) -> bool:
     if _is_jax(xp):
         return _jax.reads_cheaply(x)
     return True
+
+
+def values_token(x: Any, *, xp: Any) -> Any:
+    """A token that changes whenever the values of the eager array ``x`` may have changed
+    (torch: its version counter; JAX arrays are immutable), so that the engine may reuse what
+    it derived from ``x`` for the same object; None where no such token exists (NumPy and
+    array-api-strict arrays are written in place without a trace, torch inference tensors keep
+    no version)."""
+    if _is_torch(xp):
+        return _torch.values_token(x)
+    if _is_jax(xp):
+        return 0
+    return None

@@ -113,6 +113,8 @@ class SharedTables:
         self._entries: OrderedDict[Any, tuple[Tables, int]] = OrderedDict()
         self._bytes = 0
         self._budget: int | None = None  # read from the environment on first use
+        #: bumped whenever tables are dropped: the encoders' last-call memos expire with it.
+        self.generation = 0
 
     @property
     def budget(self) -> int:
@@ -123,6 +125,7 @@ class SharedTables:
     def set_budget(self, nbytes: int) -> None:
         with self._lock:
             self._budget = int(nbytes)
+            self.generation += 1
             self._evict()
 
     @property
@@ -158,6 +161,7 @@ class SharedTables:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+            self.generation += 1
 
     def _evict(self) -> None:
         budget = self.budget if self._budget is None else self._budget
@@ -207,6 +211,15 @@ class TableCache:
     identity: Any = None
     #: ``(device key, dtype)`` -> the key of that table in :data:`SHARED`.
     keys: dict[tuple[Any, Any], _Key] = field(default_factory=dict)
+    #: The rows the last call read, with what they depend on, by offset (:func:`table_rows`)
+    #: and by positions array (:func:`gather_rows`): a model rotates q and k of every layer at
+    #: the same positions, and all but the first of those calls then skip the lookup. Each a
+    #: tuple, replaced whole (no lock needed).
+    last_rows: Any = None
+    last_ids: Any = None
+    #: The last eager ``rotate`` calls' signatures and tables, newest first, at most
+    #: :data:`CALLS_KEPT` (:func:`same_call_tables`): q and k differ in shape (GQA).
+    last_calls: tuple[Any, ...] = ()
 
     @property
     def positions(self) -> dict[tuple[Any, Any], Tables]:
@@ -281,11 +294,19 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx,
     """Rows ``offset .. offset+seq-1`` of :func:`position_table` (views), or None."""
     if offset < 0:
         return None
+    cache = enc._table_cache
+    last = cache.last_rows
+    if (last is not None and last[0] == offset and last[1] == seq and last[2] == cdt
+            and last[3] == ctx.device and last[4] == SHARED.generation):
+        return last[5]  # type: ignore[no-any-return]
     table = position_table(enc, offset + seq, ctx=ctx, cdt=cdt)
     if table is None:
         return None
     cos, sin = table
-    return cos[..., offset:offset + seq, :], sin[..., offset:offset + seq, :]
+    rows = cos[..., offset:offset + seq, :], sin[..., offset:offset + seq, :]
+    if _delegation.cacheable(rows[0], ctx=ctx):  # not a tracer (slicing inside jax.jit stages)
+        cache.last_rows = (offset, seq, cdt, ctx.device, SHARED.generation, rows)
+    return rows
 
 
 def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
@@ -298,21 +319,34 @@ def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: C
             or tuple(enc._position_batch_shape(pos)) != shape
             or not _delegation.reads_cheaply(pos, xp=xp)):
         return None
+    cache = enc._table_cache
+    last, token = cache.last_ids, _delegation.values_token(pos, xp=xp)
+    if (last is not None and last[0] is pos and token is not None and last[1] == token
+            and last[2] == cdt and last[4] == SHARED.generation):
+        return last[5]  # type: ignore[no-any-return]  # the same positions object, unchanged
+    rows = _gather_rows(enc, pos, shape, ctx=ctx, cdt=cdt)
+    if rows is not None and token is not None and _delegation.cacheable(rows[0], ctx=ctx):
+        cache.last_ids = (pos, token, cdt, ctx.device, SHARED.generation, rows)
+    return rows
+
+
+def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: Ctx,
+                 cdt: Any) -> Tables | None:
+    xp = ctx.xp
     size = 1
-    for n in pos.shape:
+    for n in shape:
         size *= int(n)
     if size == 0:
         return None
-    if size == 1:  # one decode position: a slice
+    if size == 1:  # one decode position: a slice, which broadcasts as the positions do
         one = xp.reshape(pos, ())
         if ctx.backend.is_tracing(one):  # staged by an enclosing trace
             return None
         p = int(one)
         rows = table_rows(enc, p, 1, ctx=ctx, cdt=cdt) if p >= 0 else None
-        if rows is None or len(shape) == 1:
+        if rows is None or shape:  # (1, half) broadcasts wherever the positions do
             return rows
-        return (xp.reshape(rows[0], (*shape, rows[0].shape[-1])),
-                xp.reshape(rows[1], (*shape, rows[1].shape[-1])))
+        return xp.reshape(rows[0], (-1,)), xp.reshape(rows[1], (-1,))  # x is (dim,)
     bounds = _delegation.int_bounds(pos, ctx=ctx)
     if bounds is None:  # staged by an enclosing trace: values unknown
         return None
@@ -324,3 +358,77 @@ def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: C
         return None
     cos, sin = table
     return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
+
+
+def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Tables | None:
+    """``enc.cos_sin``'s half-width tables at integer ``pos`` as rows of the position table of
+    ``dtype``, each ``(*pos.shape, rotary_dim/2)``; None where the table does not serve them
+    (its class, the dtype, the positions; see :func:`gather_rows`). Only float32 and float64
+    tables: their rows are the wide values rounded once to ``dtype``, as computing gives, where
+    a narrower dtype would need a second rounding."""
+    xp = ctx.xp
+    if not type(enc)._table_use.position_ids or dtype not in (xp.float32, xp.float64):
+        return None
+    shape = tuple(pos.shape)
+    rows = gather_rows(enc, pos, (*shape, enc._head_dim()), ctx=ctx, cdt=dtype)
+    if rows is None or tuple(rows[0].shape[:-1]) == shape:
+        return rows
+    half = rows[0].shape[-1]
+    return xp.reshape(rows[0], (*shape, half)), xp.reshape(rows[1], (*shape, half))
+
+
+#: How many eager ``rotate`` signatures an encoder keeps (q and k of a layer, and a spare).
+CALLS_KEPT = 4
+
+
+def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | None, *,
+                  call: Any, tables: Tables) -> None:
+    """Keep what a validated eager ``rotate`` call was (the class, dtype, shape and device of
+    ``x``; the positions object and its values token, or the int offset; ``seq_len``) with the
+    tables it rotated by, for :func:`same_call_tables`. Not for calls whose positions can change
+    unseen (NumPy arrays, Python sequences), nor from a trace, nor torch inference tensors."""
+    ctx = call.ctx
+    if call.tracing or not _delegation.cacheable(tables[0], ctx=ctx):
+        return
+    if positions is None:
+        if type(offset) is not int:
+            return
+        token = None
+    else:
+        if type(offset) is not int or offset != 0 or ctx.backend.is_tracing(positions):
+            return
+        if enc._services.backend_of(positions) is not ctx.backend:
+            return
+        token = _delegation.values_token(positions, xp=ctx.xp)
+        if token is None:
+            return
+    x = call.x
+    cache = enc._table_cache
+    entry = (type(x), x.dtype, tuple(x.shape), ctx.device, positions, token, offset, seq_len,
+             SHARED.generation, tables, call.cdt, ctx.xp)
+    cache.last_calls = (entry, *cache.last_calls[:CALLS_KEPT - 1])
+
+
+def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
+                     seq_len: int | None) -> tuple[Tables, Any, Any] | None:
+    """``(tables, cdt, xp)`` of the previous eager ``rotate`` call if this one is the same but
+    for the values of ``x`` (a model's q and k, layer after layer, at one decoding step): its
+    validation would pass as before and its tables are those. None otherwise, and always
+    inside a trace (checked first: a tracer must not read the cache)."""
+    kept = enc._table_cache.last_calls
+    if not kept or type(offset) is not int:
+        return None
+    backend = enc._services.backend_of(x)
+    if backend is None or backend.is_tracing(x):
+        return None
+    shape, generation = tuple(x.shape), SHARED.generation
+    for xtype, dtype, xshape, device, pos, token, off, sl, gen, tables, cdt, xp in kept:
+        if (type(x) is not xtype or x.dtype != dtype or shape != xshape or sl != seq_len
+                or gen != generation or offset != off or positions is not pos):
+            continue
+        if pos is not None and _delegation.values_token(pos, xp=xp) != token:
+            return None
+        if backend.device(x) != device:
+            continue
+        return tables, cdt, xp
+    return None

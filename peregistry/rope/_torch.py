@@ -105,6 +105,15 @@ def cache_scope() -> AbstractContextManager[Any]:
     return nullcontext()
 
 
+def values_token(x: Any) -> int | None:
+    """``x``'s version counter (bumped by every in-place write), or None (inference tensors
+    keep none)."""
+    try:
+        return int(x._version)
+    except RuntimeError:
+        return None
+
+
 def int_bounds(x: Any) -> tuple[int, int] | None:
     """One pass (``aminmax``); torch stages nothing eagerly."""
     import torch
@@ -125,21 +134,31 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) ->
     """
     import torch
 
-    if _is_dtensor(x):
-        return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
-    if (torch.compiler.is_compiling() or _forward_ad_active() or is_placeholder(x)
-            or (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad
-                                             or sin.requires_grad))):
+    # The common case first, in few calls (it is paid on every layer of every decode step): a
+    # plain tensor, eager, outside torch.func transforms, where no tensor can be a wrapper.
+    plain = (type(x) is torch.Tensor and not torch.compiler.is_compiling()
+             and torch._C._functorch.peek_interpreter_stack() is None)
+    if not plain:
+        if _is_dtensor(x):
+            return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
+        if torch.compiler.is_compiling() or is_placeholder(x):
+            return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
+    if (_forward_ad_active() or (torch.is_grad_enabled() and (
+            x.requires_grad or cos.requires_grad or sin.requires_grad))):
         return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
-    MATERIALIZE.get()  # eager torch: define the op now, for a later torch.compile
-    out = _rotate_native(x, cos, sin, rotary_dim, interleaved)
+    if MATERIALIZE.op is None:
+        MATERIALIZE.get()  # eager torch: define the op now, for a later torch.compile
+    out = _rotate_native(x, cos, sin, rotary_dim, interleaved, plain=plain)
     if out is not None:
         return out
     out = torch.empty_like(x)
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:] = x[..., rotary_dim:]
     shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
-    if not shared or x.numel() < 2 * BLOCK_ELEMENTS:
+    # Blocks only on one thread: with several, each op of each block is a parallel region,
+    # and on a shared CPU every region waits for a thread the OS has descheduled (35-55x a
+    # clone with the other core busy, against 2-3x for a few whole-tensor ops).
+    if not shared or x.numel() < 2 * BLOCK_ELEMENTS or torch.get_num_threads() > 1:
         _rotate_halves_into(x, cos, sin, out, rotary_dim, interleaved)
     else:
         _rotate_blocked(x, cos, sin, out, rotary_dim, interleaved)
@@ -276,20 +295,24 @@ class _KernelDtypes:
 KERNEL_DTYPES = _KernelDtypes()
 
 
-def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool) -> Any | None:
+def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool, *,
+                   plain: bool = False) -> Any | None:
     """The rotation by the fused C kernel: one pass over memory on ``torch.get_num_threads()``
     threads, bit for bit the eager expression. None when it does not apply (kernel not built or
     switched off, not a CPU tensor, not C-contiguous, a dtype it lacks, tables that need more
-    than broadcasting)."""
+    than broadcasting). ``plain``: the caller has seen that no torch.func transform runs and
+    nothing compiles, so a tensor of the exact class ``torch.Tensor`` is no wrapper."""
     import torch
 
     kernel = load_kernel()
     if kernel is None:
         return None
     xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
+    tensor = torch.Tensor
     if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
             or (xcode == 1 and wcode == 0)  # float64 x rotates in float64 (type promotion)
-            or not (_plain(x) and _plain(cos) and _plain(sin))
+            or not ((type(x) is tensor and type(cos) is tensor and type(sin) is tensor)
+                    if plain else (_plain(x) and _plain(cos) and _plain(sin)))
             or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
             or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
             or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2

@@ -23,7 +23,17 @@ from ..encoders.context import Ctx, resolve_dtype
 from . import _delegation
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, full_width
-from ._table_cache import OffsetKey, TableCache, TableUse, broadcasts_into, gather_rows, table_rows
+from ._table_cache import (
+    OffsetKey,
+    TableCache,
+    TableUse,
+    broadcasts_into,
+    cos_sin_rows,
+    gather_rows,
+    remember_call,
+    same_call_tables,
+    table_rows,
+)
 
 __all__ = ["RotaryEncoder"]
 
@@ -173,11 +183,15 @@ class RotaryEncoder(Encoder):
         ctx, (pos,) = self._context(positions)
         pos = self._positions(pos, ctx)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
-        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
-                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        seq_len, tracing = self._check_seq_len(seq_len), ctx.backend.is_tracing(pos)
+        rows = None if tracing else cos_sin_rows(self, pos, ctx=ctx, dtype=out_dtype)
+        cos, sin = rows if rows is not None else self._table(
+            pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
         layout: Layout = "interleaved" if self._interleaved() else "half"
         xp = ctx.xp
         cos, sin = full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
+        if cos.dtype == out_dtype:  # table rows: full_width made new arrays already
+            return cos, sin
         return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
@@ -215,8 +229,16 @@ class RotaryEncoder(Encoder):
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares framework fast paths with)."""
+        same = None if params is not None else same_call_tables(self, x, positions, offset,
+                                                                 seq_len)
+        if same is not None:  # as the last call but for x's values: validated, tables known
+            (cos, sin), cdt, xp = same
+            return rotate_features(x, cos, sin, rotary_dim=self._rotary_dim(),
+                                   interleaved=self._interleaved(), last=self._rotary_last(),
+                                   cdt=cdt, xp=xp, native=native)
         call = self._rotate_call(x, positions, offset, params, seq_len)
         cos, sin = self._rotation_tables(call)
+        remember_call(self, positions, offset, seq_len, call=call, tables=(cos, sin))
         return rotate_features(call.x, cos, sin, rotary_dim=self._rotary_dim(),
                                interleaved=self._interleaved(), last=self._rotary_last(),
                                cdt=call.cdt, xp=call.ctx.xp, native=native)
