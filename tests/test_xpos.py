@@ -286,9 +286,9 @@ def test_matches_rotary_embedding_torch_in_float64(seq: int, rd: int, head_dim: 
     (power (t - seq//2)/scale_base): xpos with scale_origin=seq//2 gives its q and k, and with the
     default origin its logits. Built in float64 (its frequency formula, in float64) so that
     the comparison is to rounding."""
+    ret = _ret()  # skips unless torch is selected and rotary-embedding-torch installed
     import torch
 
-    ret = _ret()
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # its scale buffer: (arange + 0.4·d)/(1.4·d)
     try:
@@ -314,9 +314,9 @@ def test_matches_rotary_embedding_torch_in_float64(seq: int, rd: int, head_dim: 
 
 def test_matches_rotary_embedding_torch_as_shipped_float32() -> None:
     """Its default module (float32 frequencies and angles, the cache on) on float32 inputs."""
+    ret = _ret()  # skips unless torch is selected and rotary-embedding-torch installed
     import torch
 
-    ret = _ret()
     seq, dim = 128, 64
     ref = ret.RotaryEmbedding(dim=dim, use_xpos=True)
     g = torch.Generator().manual_seed(1)
@@ -333,9 +333,9 @@ def test_rotary_embedding_torch_cached_keys_centers_q_and_k_apart() -> None:
     on k_len//2 (two origins), so its logits carry an extra ζ^((k_len//2 - q_len//2)/B) and
     differ from rotate_queries_and_keys's: xpos reproduces them only with two encoders, and
     one scale_origin gives the relative logits (docs/rotary.md)."""
+    ret = _ret()  # skips unless torch is selected and rotary-embedding-torch installed
     import torch
 
-    ret = _ret()
     rd = 16
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
