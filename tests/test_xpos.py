@@ -280,6 +280,21 @@ def _ret() -> Any:
                                reason="rotary-embedding-torch is not installed")
 
 
+def _ret_float64(ret: Any, rd: int) -> Any:
+    """rotary-embedding-torch's xPos module built in float64: its frequency formula in float64,
+    and its scale buffer ``(arange + 0.4·d)/(1.4·d)`` made under float64 default dtype."""
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+        return ret.RotaryEmbedding(dim=rd, custom_freqs=freqs, use_xpos=True,
+                                   cache_if_possible=False)
+    finally:
+        torch.set_default_dtype(old)
+
+
 @pytest.mark.parametrize(("seq", "rd", "head_dim"), [(16, 8, 8), (37, 16, 24), (600, 32, 32)])
 def test_matches_rotary_embedding_torch_in_float64(seq: int, rd: int, head_dim: int) -> None:
     """rotary-embedding-torch's rotate_queries_and_keys centers the scale on the sequence
@@ -289,14 +304,7 @@ def test_matches_rotary_embedding_torch_in_float64(seq: int, rd: int, head_dim: 
     ret = _ret()  # skips unless torch is selected and rotary-embedding-torch installed
     import torch
 
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # its scale buffer: (arange + 0.4·d)/(1.4·d)
-    try:
-        freqs = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
-        ref = ret.RotaryEmbedding(dim=rd, custom_freqs=freqs, use_xpos=True,
-                                  cache_if_possible=False)
-    finally:
-        torch.set_default_dtype(old)
+    ref = _ret_float64(ret, rd)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, seq, head_dim, dtype=torch.float64, generator=g)
     k = torch.randn(2, 3, seq, head_dim, dtype=torch.float64, generator=g)
@@ -337,14 +345,7 @@ def test_rotary_embedding_torch_cached_keys_centers_q_and_k_apart() -> None:
     import torch
 
     rd = 16
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        freqs = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
-        ref = ret.RotaryEmbedding(dim=rd, custom_freqs=freqs, use_xpos=True,
-                                  cache_if_possible=False)
-    finally:
-        torch.set_default_dtype(old)
+    ref = _ret_float64(ret, rd)
     g = torch.Generator().manual_seed(2)
     q = torch.randn(1, 2, 4, rd, dtype=torch.float64, generator=g)
     k = torch.randn(1, 2, 64, rd, dtype=torch.float64, generator=g)
