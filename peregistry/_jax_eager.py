@@ -63,6 +63,14 @@ def _traced_hook(static: _Static, arrays: tuple[Any, ...], traced: dict[str, Any
     return getattr(enc, static.hook)(*arrays, ctx=ctx, **traced, **dict(static.kwargs))
 
 
+def _committed(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arrays committed to their device: JAX compiles a program again for inputs whose
+    placement is committed where an earlier call's was not."""
+    import jax
+
+    return tuple(a if a.committed else jax.device_put(a, a.device) for a in arrays)
+
+
 def _call(fn: Callable[..., Any], arrays: tuple[Any, ...],
           static: tuple[tuple[str, Any], ...]) -> Any:
     return fn(*arrays, **dict(static))
@@ -97,6 +105,7 @@ def compiled_hook(enc: Any, hook: str, arrays: tuple[Any, ...],
             or any(a.size == 0 for a in arrays)):
         return None
     try:
+        arrays = _committed(arrays)
         return _jit("hook", _traced_hook, (0,))(_Static(enc, hook, tuple(sorted(static.items()))),
                                           tuple(arrays), kw)
     except jax.errors.JAXTypeError:  # Python control flow on values, int(tracer), np.asarray...
@@ -107,4 +116,4 @@ def compiled_hook(enc: Any, hook: str, arrays: tuple[Any, ...],
 def compiled_call(fn: Callable[..., Any], *arrays: Any, **static: Any) -> Any:
     """``fn(*arrays, **static)`` for concrete JAX ``arrays`` and hashable ``static`` keywords, as
     one program compiled per shape (the bits of eager execution)."""
-    return _jit("call", _call, (0, 2))(fn, arrays, tuple(sorted(static.items())))
+    return _jit("call", _call, (0, 2))(fn, _committed(arrays), tuple(sorted(static.items())))

@@ -55,15 +55,14 @@ class JaxBackend(Backend):
         return jax.devices()[0]
 
     def from_numpy(self, a: Any, *, dtype: Any = None, device: Any = None) -> Any:
-        """As the base class; a float32/float64/integer cast is done by NumPy on the host
-        (the same rounding), not by a convert program XLA compiles for every new shape."""
+        """As the base class; a cast to a real or integer dtype is done by NumPy on the host
+        (ml_dtypes for bfloat16: the same rounding, as ``jax.numpy.asarray`` itself does), not
+        by a convert program XLA compiles for every new shape."""
         import numpy as np
 
         xp = self.namespace()
         if dtype is not None and xp.isdtype(dtype, ("integral", "real floating")):
-            host = np.dtype(dtype)
-            if host.kind in "iuf" and host.itemsize >= 4:
-                return xp.asarray(np.asarray(a, dtype=host), dtype=dtype, device=device)
+            return xp.asarray(np.asarray(a, dtype=np.dtype(dtype)), dtype=dtype, device=device)
         return super().from_numpy(a, dtype=dtype, device=device)
 
     def to_numpy(self, x: Any) -> Any:
