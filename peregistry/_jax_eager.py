@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["compiled_call", "compiled_hook", "declares", "is_tracer"]
+__all__ = ["compiled_call", "compiled_hook", "declares", "is_jax_namespace", "is_tracer"]
 
 #: XLA options of the programs: no LLVM optimization, so no multiply-add contraction.
 EAGER_OPTIONS = {"xla_backend_optimization_level": 0}
@@ -23,6 +23,18 @@ _lock = threading.Lock()
 _jitted: dict[str, Callable[..., Any]] = {}
 #: ``(class, hook)`` whose hook could not be traced (it reads values): eager from then on.
 untraceable: set[tuple[type, str]] = set()
+
+
+#: Module names of JAX's namespaces, as array-api-compat's ``is_jax_namespace`` tests them
+#: (compared directly: that one is ``lru_cache``-wrapped, which Dynamo warns about).
+_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
+#: ``(class, hook)`` -> :func:`declares`, asked on every eager call.
+_declared: dict[tuple[type, str], bool] = {}
+
+
+def is_jax_namespace(xp: Any) -> bool:
+    """Whether ``xp`` is JAX's array namespace (without importing JAX)."""
+    return getattr(xp, "__name__", None) in _JAX_NAMES
 
 
 def is_tracer(x: Any) -> bool:
@@ -35,8 +47,12 @@ def is_tracer(x: Any) -> bool:
 def declares(klass: type, hook: str) -> bool:
     """Whether the class that defines ``hook`` declares ``_compile_hook_eagerly = True`` in its
     own body (an inherited declaration does not cover an override)."""
-    owner = next((c for c in klass.__mro__ if hook in c.__dict__), None)
-    return owner is not None and bool(owner.__dict__.get("_compile_hook_eagerly", False))
+    known = _declared.get((klass, hook))
+    if known is None:
+        owner = next((c for c in klass.__mro__ if hook in c.__dict__), None)
+        known = owner is not None and bool(owner.__dict__.get("_compile_hook_eagerly", False))
+        _declared[(klass, hook)] = known
+    return known
 
 
 class _Static:

@@ -1,5 +1,5 @@
 """Eager JAX runs the rope engine's tables and rotation as one compiled program per shape
-(peregistry/rope/_jax.py), instead of one XLA compilation per operation (issue 14, item 8: a
+(peregistry/_jax_eager.py), instead of one XLA compilation per operation (issue 14, item 8: a
 check_encoder of M-RoPE took 11-14 s, almost all of it compiling tiny programs). These tests
 hold what that must not change: the bits of the op-by-op execution, plugins whose hook cannot be
 traced, and the number of compilations it saves."""

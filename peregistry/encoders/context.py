@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._jax_eager import is_jax_namespace
 from .._services import current_services
 
 if TYPE_CHECKING:
@@ -48,10 +49,6 @@ class Ctx:
                                device=self.device)
 
 
-#: Module names of JAX's namespaces (as array-api-compat's ``is_jax_namespace`` tests them).
-_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
-
-
 def run_hook(enc: Any, hook: str, ctx: Ctx, *arrays: Any, params: Any,
              dtype: Any = _NO_DTYPE) -> Any:
     """``getattr(enc, hook)(*arrays, params=params, ctx=ctx[, dtype=dtype])``: an encoder's
@@ -59,7 +56,7 @@ def run_hook(enc: Any, hook: str, ctx: Ctx, *arrays: Any, params: Any,
     class declares ``_compile_hook_eagerly`` runs as one compiled program per shape, with the
     bits of running it op by op (:mod:`peregistry._jax_eager`)."""
     static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
-    if getattr(ctx.xp, "__name__", None) in _JAX_NAMES and (
+    if is_jax_namespace(ctx.xp) and (
             dtype is _NO_DTYPE or dtype in (ctx.xp.float32, ctx.xp.float64)):
         from .._jax_eager import compiled_hook
 

@@ -9,7 +9,7 @@ standard lacks.
 * :func:`rotate` — the rotation: torch's C kernel / blocked / functional / DTensor paths
   (:mod:`._torch`), else :func:`._funcs.apply_rotation`.
 * :func:`half_cos_sin` — a subclass's tables: on eager JAX, its hook compiled as one XLA
-  program per shape (:func:`._jax.compiled_half_cos_sin`) instead of one per operation.
+  program per shape (:mod:`peregistry._jax_eager`) instead of one per operation.
 * :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
   ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
 * :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply` — the
@@ -25,6 +25,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from .._jax_eager import is_jax_namespace as _is_jax
+from .._jax_eager import is_tracer as _is_tracer
 from . import _jax, _torch
 from ._funcs import apply_rotation
 
@@ -49,15 +51,12 @@ __all__ = [
 #: ``is_jax_namespace`` test them. Compared here directly: those two are ``lru_cache``-wrapped,
 #: which Dynamo warns about when it traces a call (``torch.compile`` with warnings as errors).
 _TORCH_NAMES = frozenset({"torch", "array_api_compat.torch"})
-_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
 
 
 def _is_torch(xp: Any) -> bool:
     return getattr(xp, "__name__", None) in _TORCH_NAMES
 
 
-def _is_jax(xp: Any) -> bool:
-    return getattr(xp, "__name__", None) in _JAX_NAMES
 
 
 def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
@@ -68,12 +67,14 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
     if native and _is_torch(xp):
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
     if (_is_jax(xp) and cdt in (xp.float32, xp.float64)
-            and not any(_jax.is_tracer(a) for a in (x, cos, sin))):
+            and not any(_is_tracer(a) for a in (x, cos, sin))):
         # Eager: one program per shape instead of one per operation, with the same bits. The
         # cast of a 16-bit result stays outside: XLA:CPU rounds fused conversions to float16
         # differently from its eager convert.
-        out = _jax.compiled_call(_rotation_in, x, cos, sin, rotary_dim=rotary_dim,
-                                 interleaved=interleaved, cdt=cdt, xp=xp)
+        from .._jax_eager import compiled_call
+
+        out = compiled_call(_rotation_in, x, cos, sin, rotary_dim=rotary_dim,
+                            interleaved=interleaved, cdt=cdt, xp=xp)
         return out if out.dtype == x.dtype else xp.astype(out, x.dtype)
     return apply_rotation(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt,
                           xp=xp)
@@ -90,12 +91,14 @@ def _rotation_in(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bo
 def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,
                  seq_len: int | None) -> tuple[Any, Any]:
     """``enc._half_cos_sin(pos, ...)``, the subclass's hook. On eager JAX it runs compiled as one
-    program (the same bits, see :func:`._jax.compiled_half_cos_sin`): eager JAX compiles every
+    program (the same bits, see :mod:`peregistry._jax_eager`): eager JAX compiles every
     operation anew for each new shape, tens of them for one table."""
     if _is_jax(ctx.xp) and not ctx.backend.is_tracing(pos):
-        out = _jax.compiled_half_cos_sin(enc, pos, seq_len)
+        from .._jax_eager import compiled_hook
+
+        out = compiled_hook(enc, "_half_cos_sin", (pos,), seq_len=seq_len)
         if out is not None:
-            return out
+            return out  # type: ignore[no-any-return]
     return enc._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
 
 

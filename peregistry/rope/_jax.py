@@ -1,31 +1,10 @@
-"""JAX answers of the rope engine, reached only through :mod:`._delegation`: eager tables
-compiled as one program, the fusion boundary for a cos/sin table under ``jax.jit``, and whether
-reading an array on the host is cheap."""
+"""JAX answers of the rope engine, reached only through :mod:`._delegation`: the fusion boundary
+for a cos/sin table under ``jax.jit``, and whether reading an array on the host is cheap (eager
+programs compiled per shape are :mod:`peregistry._jax_eager`'s, shared with the other kinds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .encoder import RotaryEncoder
-
-
-def compiled_half_cos_sin(enc: RotaryEncoder, pos: Any,
-                          seq_len: int | None) -> tuple[Any, Any] | None:
-    """``enc._half_cos_sin`` of concrete ``pos`` as one compiled program with the bits of eager
-    execution (:mod:`peregistry._jax_eager`), or None where that is not done."""
-    from .._jax_eager import compiled_hook
-
-    out: tuple[Any, Any] | None = compiled_hook(enc, "_half_cos_sin", (pos,), seq_len=seq_len)
-    return out
-
-
-def compiled_call(fn: Callable[..., Any], *arrays: Any, **static: Any) -> Any:
-    """``fn(*arrays, **static)`` as one compiled program (:mod:`peregistry._jax_eager`)."""
-    from .._jax_eager import compiled_call as call
-
-    return call(fn, *arrays, **static)
+from typing import Any
 
 
 def materialize(*arrays: Any) -> tuple[Any, ...]:
@@ -50,13 +29,6 @@ def materialize(*arrays: Any) -> tuple[Any, ...]:
     pred = jnp.isfinite(jnp.reshape(arrays[0], (-1,))[0])
     return tuple(jax.lax.cond(pred, lambda a: a, lambda a: tuple(v + 0 for v in a),
                               tuple(arrays)))
-
-
-def is_tracer(x: Any) -> bool:
-    """Whether ``x`` is staged by a trace (``jax.jit``, ``grad``, ``vmap``, ...)."""
-    from .._jax_eager import is_tracer as traced
-
-    return traced(x)
 
 
 def reads_cheaply(x: Any) -> bool:

@@ -60,7 +60,7 @@ class ScaledRotary(RotaryEncoder):
     """
 
     __slots__ = ("_scaled",)
-    _compile_hook_eagerly = True  # _half_cos_sin reads no values: see _jax.compiled_half_cos_sin
+    _compile_hook_eagerly = True  # _half_cos_sin reads no values: see peregistry/_jax_eager.py
     _scaled: ScalingState
 
     #: The laws the conformance suite states for the first ``rotary_dim`` features, which
