@@ -299,3 +299,22 @@ def test_a_broken_mrope_is_caught_by_the_equal_axes_law() -> None:
     report = check_encoder(Drifted(dim=16, sections=(2, 3, 3)), backends="numpy")
     failed = {r.check for r in report.failures}
     assert "check_mrope_equals_rotary_on_equal_axes" in failed
+
+
+@pytest.mark.parametrize("options", [
+    {"dim": 64, "sections": (8, 12, 12)},
+    {"dim": 64, "sections": (12, 10, 10), "interleaved": True},
+    {"dim": 32, "sections": (4, 6, 6), "pair_axes": (1, 2) * 6 + (0,) * 4},
+    {"dim": 64, "sections": (4, 6, 6), "rotary_dim": 32},
+])
+def test_pair_frequencies_are_the_axes_frequencies_in_feature_order(options: dict[str, Any]) -> None:
+    """M-RoPE gives every pair's frequency and axis directly (RoPE's ω_i in feature order); the
+    base class derives them from the per-axis frequencies and the pair order, which a plugin
+    gives: the two agree exactly."""
+    from peregistry.rope import MultiAxisRotary
+
+    enc = per.get_encoder("mrope", **options)
+    got = enc._pair_frequencies(None)  # type: ignore[attr-defined]
+    want = MultiAxisRotary._pair_frequencies(enc, None)  # type: ignore[arg-type]
+    assert got == want
+    assert got[0].omega == tuple(enc.inv_freq())  # type: ignore[attr-defined]

@@ -167,6 +167,12 @@ class MRope(MultiAxisRotary, ScaledRotary):
     def _pair_order(self) -> tuple[int, ...] | None:
         return self._axis_groups()[1]
 
+    def _pair_frequencies(self, seq_len: int | None) -> tuple[Frequencies, tuple[int, ...]]:
+        # RoPE's own frequencies, already in feature order: each pair keeps its ω_i.
+        axes = self._values["pair_axes"] or axis_of_pairs(
+            self._values["sections"], interleaved=self._values["interleaved"])
+        return self._frequencies(seq_len), axes
+
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:

@@ -79,26 +79,34 @@ class Frequencies:
                              for f in ("omega", "c1", "c2", "c3", "c")))
 
 
-def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx) -> Any:
+def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False) -> Any:
     """``θ = p·ω`` of shape ``(*positions.shape, len(freqs))`` in float64 (reduced to
-    ``[-π, π]`` on float32-only backends, where the unreduced angle cannot be represented)."""
+    ``[-π, π]`` on float32-only backends, where the unreduced angle cannot be represented).
+    With ``per_pair=True`` the last axis of ``positions`` is already one position per
+    frequency (``θ_i = p_i·ω_i``, of ``positions.shape``): every angle is computed by the same
+    operations as without it, so to the same bits."""
     xp = ctx.xp
     if not ctx.has_float64:
-        return _reduced_angles_f32(positions, freqs, ctx=ctx)
-    p = xp.astype(positions, ctx.wide)[..., None]
-    return p * ctx.constant(list(freqs.omega))
+        return _reduced_angles_f32(positions, freqs, ctx=ctx, per_pair=per_pair)
+    p = xp.astype(positions, ctx.wide)
+    return (p if per_pair else p[..., None]) * ctx.constant(list(freqs.omega))
 
 
-def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx) -> tuple[Any, Any]:
+def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx,
+            per_pair: bool = False) -> tuple[Any, Any]:
     """``(cos θ, sin θ)`` with ``θ = p·ω``, each ``(*positions.shape, len(freqs))`` in
-    ``ctx.wide``; accurate to ~1e-6 absolute for ``|p| < 2**24`` on every backend."""
-    theta = angles(positions, freqs, ctx=ctx)
+    ``ctx.wide``; accurate to ~1e-6 absolute for ``|p| < 2**24`` on every backend.
+    ``per_pair`` as for :func:`angles`."""
+    theta = angles(positions, freqs, ctx=ctx, per_pair=per_pair)
     return ctx.xp.cos(theta), ctx.xp.sin(theta)
 
 
-def _reduced_angles_f32(positions: Any, freqs: Frequencies, *, ctx: Ctx) -> Any:
+def _reduced_angles_f32(positions: Any, freqs: Frequencies, *, ctx: Ctx,
+                        per_pair: bool) -> Any:
     xp = ctx.xp
-    p = xp.astype(positions, ctx.wide)[..., None]
+    p = xp.astype(positions, ctx.wide)
+    if not per_pair:
+        p = p[..., None]
     ph = xp.floor(p / _POS_SPLIT) * _POS_SPLIT  # exact: power-of-two scaling and floor
     rest = p - ph  # exact, in [0, 4096)
     pm = xp.floor(rest)
