@@ -10,7 +10,7 @@ from typing import Any
 from ._core import Case, CheckFailure, check
 from ._numerics import max_err as _err
 from ._numerics import wide_name as _wide_name
-from .checks_rotary import _head_dim, _pos
+from .checks_rotary import NEAR, PROBE, _head_dim, _pos
 
 
 @check(kinds={"rotary"}, requires={"multi-axis"})
@@ -22,8 +22,8 @@ def check_mrope_equals_rotary_on_equal_axes(case: Case) -> None:
     enc: Any = case.encoder
     single = enc.text_equivalent()
     dim = _head_dim(case)
-    pos = case.rng.integers(0, 5000, size=(2, 1, 6))
-    x = case.rng.standard_normal((2, 3, 6, dim))
+    pos = case.rng.integers(0, NEAR, size=(2, 1, *PROBE))
+    x = case.rng.standard_normal((2, 3, *PROBE, dim))
     for name in case.float_dtypes:
         xb = case.asarray(x, dtype=name)
         a = case.to_numpy(enc.rotate(xb, _pos(case, pos)))
@@ -45,13 +45,14 @@ def check_mrope_relative_per_axis(case: Case) -> None:
     q, k = case.rng.standard_normal(dim), case.rng.standard_normal(dim)
     m0 = case.rng.integers(100, 2000, size=(axes, 1))
     n0 = m0 - case.rng.integers(-50, 50, size=(axes, 1))
-    shifts = case.rng.integers(0, 3000, size=(axes, 12))
+    count = PROBE[0]  # q at m and k at n: the probe shape (2, count)
+    shifts = case.rng.integers(0, 3000, size=(axes, count))
     m, n = m0 + shifts, n0 + shifts
     name = _wide_name(case)
-    x = np.concatenate([np.tile(q, (12, 1)), np.tile(k, (12, 1))])
+    x = np.stack([np.tile(q, (count, 1)), np.tile(k, (count, 1))])
     out = case.to_numpy(enc.rotate(case.asarray(x, dtype=name),
-                                   case.asarray(np.concatenate([m, n], axis=1))))
-    dots = np.sum(out[:12] * out[12:], axis=-1)
+                                   case.asarray(np.stack([m, n], axis=1))))
+    dots = np.sum(out[0] * out[1], axis=-1)
     scale = float(np.linalg.norm(q) * np.linalg.norm(k))
     # each angle p·ω, rounded in the dtype, is off by up to |p|·eps/2 (ω <= 1)
     reach = float(np.max(np.abs(np.concatenate([m, n], axis=1))))

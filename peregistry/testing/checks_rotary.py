@@ -24,13 +24,20 @@ from ._core import Case, CheckFailure, check
 from ._numerics import max_err as _err
 from ._numerics import wide_name as _wide_name
 
+#: The sequence length of most probes: checks that share input shapes share the programs a
+#: compiling backend (eager JAX) builds per shape, which are most of a check's time there.
+PROBE = (5,)
+#: The law probes' positions stay below this, in the smallest position table (1024 rows), for
+#: the same reason; positions far out are check_far_range's and check_rotary_large_positions'.
+NEAR = 1000
+
 
 def _rotary_dim_and_factor(case: Case) -> tuple[int, float]:
     """``rotary_dim`` (width of ``cos_sin``) and the attention factor ``sqrt(cos² + sin²)``."""
     import numpy as np
 
     name = _wide_name(case)
-    cos, sin = case.encoder.cos_sin(_pos(case, [3]),  # type: ignore[attr-defined]
+    cos, sin = case.encoder.cos_sin(_pos(case, [3, 0, 1, 2, 4]),  # type: ignore[attr-defined]
                                     dtype=case.float_dtypes[name])
     c, s = case.to_numpy(cos), case.to_numpy(sin)
     return int(c.shape[-1]), float(np.sqrt(c[0, 0] ** 2 + s[0, 0] ** 2))
@@ -68,8 +75,8 @@ def check_rotary_norm_preserved(case: Case) -> None:
 
     dim = _head_dim(case)
     rd, af = _rotary_dim_and_factor(case)
-    x = case.rng.standard_normal((3, 11, dim))
-    pos = case.rng.integers(0, 5000, size=(11,))
+    x = case.rng.standard_normal((2, *PROBE, dim))
+    pos = case.rng.integers(0, NEAR, size=(2, *PROBE))
     out = _rotate(case, x, pos)
     name = _wide_name(case)
     got = np.sum(out[..., :rd] ** 2, axis=-1)
@@ -95,16 +102,16 @@ def check_rotary_relative(case: Case) -> None:
     q = case.rng.standard_normal(dim)
     k = case.rng.standard_normal(dim)
     name = _wide_name(case)
-    shifts = case.rng.integers(0, 3000, size=16)
+    shifts = case.rng.integers(0, NEAR - 513 - 50, size=PROBE[0] - 1)
     scale = float(np.linalg.norm(q) * np.linalg.norm(k))
     for delta in (0, 1, 7, -40, 513):
         # one pair at the origin (min(m, n) = 0), where clipping or offset bugs show first
         m = np.concatenate([shifts + max(delta, 0) + 50, [max(delta, 0)]])
         n = m - delta
         # q and k in one call, so they share one sequence length (dynamic scalings)
-        both = _rotate(case, np.concatenate([np.tile(q, (m.size, 1)), np.tile(k, (n.size, 1))]),
-                       np.concatenate([m, n]))
-        rq, rk = both[: m.size], both[m.size:]
+        both = _rotate(case, np.stack([np.tile(q, (m.size, 1)), np.tile(k, (n.size, 1))]),
+                       np.stack([m, n]))
+        rq, rk = both[0], both[1]
         dots = np.sum(rq * rk, axis=-1)
         spread = float(dots.max() - dots.min())
         # and each angle p·ω, rounded in the dtype, is off by up to |p|·eps/2 (ω <= 1)
@@ -124,7 +131,8 @@ def check_rotary_offset(case: Case) -> None:
 
     dim = _head_dim(case)
     name = _wide_name(case)
-    for seq, o in ((9, 0), (9, 1000), (1, 4095)):
+    # the decode step reads the last row of the smallest position table (1024 rows)
+    for seq, o in ((PROBE[0], 0), (PROBE[0], 1000), (1, 1023)):
         x = case.rng.standard_normal((2, seq, dim))
         a = _rotate(case, x, offset=o)
         b = _rotate(case, x, o + np.arange(seq))
@@ -159,14 +167,14 @@ def check_rotary_matches_cos_sin(case: Case) -> None:
     enc = case.encoder
     dim = _head_dim(case)
     name = _wide_name(case)
-    pos = case.rng.integers(0, 3000, size=(7,))
+    pos = case.rng.integers(0, NEAR, size=PROBE)
     cos, sin = enc.cos_sin(_pos(case, pos), dtype=case.float_dtypes[name])  # type: ignore[attr-defined]
     c, s = case.to_numpy(cos), case.to_numpy(sin)
     rd = c.shape[-1]
-    if c.shape != (7, rd) or s.shape != (7, rd):
-        raise CheckFailure(f"cos_sin(positions of shape (7,)) gave shapes {c.shape} and "
-                           f"{s.shape}, but should be (7, rotary_dim) each")
-    x = case.rng.standard_normal((2, 7, dim))
+    if c.shape != (*PROBE, rd) or s.shape != (*PROBE, rd):
+        raise CheckFailure(f"cos_sin(positions of shape {PROBE}) gave shapes {c.shape} and "
+                           f"{s.shape}, but should be ({PROBE[0]}, rotary_dim) each")
+    x = case.rng.standard_normal((2, *PROBE, dim))
     xr = x[..., :rd]
     if _interleaved(enc):
         rot = np.stack((-xr[..., 1::2], xr[..., 0::2]), axis=-1).reshape(xr.shape)
@@ -190,10 +198,10 @@ def check_rotary_layouts(case: Case) -> None:
     half = enc.replace(layout="half")
     inter = enc.replace(layout="interleaved")
     dim = _head_dim(case)
-    rd = int(half.cos_sin(_pos(case, [0]))[0].shape[-1])  # type: ignore[attr-defined]
+    rd = _rotary_dim_and_factor(case)[0]
     perm = _pair_perm(rd, dim)
-    x = case.rng.standard_normal((2, 6, dim))
-    pos = case.rng.integers(0, 3000, size=(6,))
+    x = case.rng.standard_normal((2, *PROBE, dim))
+    pos = case.rng.integers(0, NEAR, size=PROBE)
     a = _rotate(case, x[..., perm], pos, encoder=inter)
     b = _rotate(case, x, pos, encoder=half)[..., perm]
     name = _wide_name(case)
@@ -212,7 +220,7 @@ def check_rotary_native_matches_generic(case: Case) -> None:
     enc = case.encoder
     dim = _head_dim(case)
     x = case.rng.standard_normal((2, 3, 5, dim))
-    pos = case.rng.integers(0, 3000, size=(2, 1, 5))
+    pos = case.rng.integers(0, NEAR, size=(2, 1, *PROBE))
     pb = _pos(case, pos)
     for name in case.float_dtypes:
         xb = case.asarray(x, dtype=name)
@@ -278,7 +286,7 @@ def check_rotary_jit_traces_once(case: Case) -> None:
         warnings.simplefilter("error")
         for _ in range(3):
             x = case.asarray(case.rng.standard_normal((2, 5, dim)), dtype="float32")
-            pos = _pos(case, case.rng.integers(0, 3000, size=(5,)))
+            pos = _pos(case, case.rng.integers(0, NEAR, size=PROBE))
             xs.append((x, pos))
             try:
                 out = compiled(x, pos)
