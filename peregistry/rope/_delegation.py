@@ -136,6 +136,8 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     now (inside a trace)."""
     if _is_torch(ctx.xp):
         return _torch.int_bounds(x)
+    if _is_jax(ctx.xp):
+        return _jax.int_bounds(x)
     xp = ctx.xp
     lo, hi = xp.min(x), xp.max(x)
     if ctx.backend.is_tracing(lo):  # JAX stages even operations on concrete arrays in a trace

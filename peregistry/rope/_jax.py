@@ -37,6 +37,23 @@ def reads_cheaply(x: Any) -> bool:
     return devices is None or all(d.platform == "cpu" for d in devices())
 
 
+def int_bounds(x: Any) -> tuple[int, int] | None:
+    """``(min, max)`` of a concrete array: read on the host where that costs nothing (the CPU;
+    eager ``min``/``max`` would compile two programs per new shape), else two reductions;
+    None inside a trace."""
+    import jax
+    import numpy as np
+
+    if isinstance(x, jax.core.Tracer):
+        return None
+    if reads_cheaply(x) and getattr(x, "is_fully_addressable", True):
+        a = np.asarray(x)
+        return int(a.min()), int(a.max())
+    import jax.numpy as jnp
+
+    return int(jnp.min(x)), int(jnp.max(x))
+
+
 def _maybe_sharded(a: Any) -> bool:
     """True if the traced ``a`` lives on a mesh with a device axis (of size > 1) that is not
     manual, i.e. XLA's SPMD partitioner may split it across devices. Inside ``shard_map`` (all
