@@ -434,6 +434,14 @@ def _hf_cases() -> list[tuple[str, str, dict[str, Any], str]]:
         ("llama-dynamic", "LlamaConfig", {**small, "max_position_embeddings": 16,
                                           "rope_scaling": {"rope_type": "dynamic",
                                                            "factor": 2.0}}, "std"),
+        # HunYuan's fixed NTK alpha ("dynamic" with an alpha; without it, dynamic NTK)
+        ("hunyuan_v1_dense-alpha", "HunYuanDenseV1Config", {**small, "head_dim": 16,
+                                                            "rope_parameters": {
+            "rope_type": "dynamic", "rope_theta": 1e4, "alpha": 50.0, "factor": 1.0}}, "std"),
+        ("hunyuan_v1_moe-dynamic", "HunYuanMoEV1Config", {**small, "head_dim": 16,
+                                                          "max_position_embeddings": 16,
+                                                          "rope_parameters": {
+            "rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}}, "std"),
         ("llama-yarn", "LlamaConfig", {**small, "rope_scaling": {
             "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}}, "std"),
         ("llama-llama3", "LlamaConfig", {**small, "rope_theta": 5e5, "rope_scaling": {
