@@ -173,17 +173,21 @@ def test_norms_and_the_per_axis_law_break_where_axes_differ() -> None:
     assert abs(dot - moved) > 1e-3
 
 
-def test_tables_rotate_bit_for_bit(backend: Any) -> None:
+@pytest.mark.parametrize("options", [
+    {"dim": 16, "layout": "interleaved"},
+    {"dim": 22, "rotary_dim": 16, "rotary_features": "last", "direction": "negative"}])
+def test_tables_rotate_bit_for_bit(backend: Any, options: dict[str, Any]) -> None:
     sections = (2, 3, 3)
-    enc = per.get_encoder("mrope", dim=16, sections=sections, feature_axes=hunyuan_axes(sections),
-                          layout="interleaved")
+    enc = per.get_encoder("mrope", sections=sections, feature_axes=hunyuan_axes(sections),
+                          **options)
+    dim = options["dim"]
     rng = np.random.default_rng(4)
     pos = backend.from_numpy(rng.integers(0, 3000, size=(3, 2, 1, 6)))
     tables = enc.tables(pos)
     assert "SplitRotaryTables" in repr(tables)
     for name, dt in backend.float_dtypes().items():
-        q = backend.from_numpy(rng.standard_normal((2, 4, 6, 16)), dtype=dt)
-        k = backend.from_numpy(rng.standard_normal((2, 1, 6, 16)), dtype=dt)
+        q = backend.from_numpy(rng.standard_normal((2, 4, 6, dim)), dtype=dt)
+        k = backend.from_numpy(rng.standard_normal((2, 1, 6, dim)), dtype=dt)
         want = [backend.to_numpy(enc.rotate(t, pos)) for t in (q, k)]
         again = backend.to_numpy(enc.rotate(q, pos))  # the same call: the tables it kept
         got = [backend.to_numpy(t) for t in tables.rotate_all(q, k)]
