@@ -57,13 +57,17 @@ def merge_members(a: Any, b: Any, *, rotary_dim: int, interleaved: bool, last: b
 
 
 def rotate_split(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, last: bool,
-                 cdt: Any, xp: Any, native: bool = True) -> Any:
+                 cdt: Any, xp: Any, native: bool = True, text: bool = False) -> Any:
     """``x`` rotated by ``[first | second]`` tables ``(..., rotary_dim)`` (see the module);
-    ``native=False`` forces the generic rotation."""
+    ``native=False`` forces the generic rotation. ``text=True`` says every axis is at one
+    position (``positions=None``): both halves of the tables are then the same angles
+    ``p·ω_i``, bit for bit (computed element by element), and one rotation gives the result."""
     h = rotary_dim // 2
     kw = {"rotary_dim": rotary_dim, "interleaved": interleaved, "last": last, "cdt": cdt,
           "xp": xp, "native": native}
     a = rotate_features(x, cos[..., :h], sin[..., :h], **kw)
+    if text:
+        return a
     b = rotate_features(x, cos[..., h:], sin[..., h:], **kw)
     return merge_members(a, b, rotary_dim=rotary_dim, interleaved=interleaved, last=last, xp=xp)
 

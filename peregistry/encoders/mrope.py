@@ -323,7 +323,7 @@ class MRope(MultiAxisRotary, ScaledRotary):
             return super()._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
                                    native=native)
         kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
-              "last": self._rotary_last(), "native": native}
+              "last": self._rotary_last(), "native": native, "text": positions is None}
         same = None if params is not None else same_call_tables(self, x, positions, offset,
                                                                 seq_len)
         if same is not None:  # as the last call but for x's values: validated, tables known
