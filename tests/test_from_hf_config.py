@@ -311,13 +311,37 @@ def test_unknown_rope_type_names_it_model_type_and_registered_types() -> None:
 
 
 def test_unsupported_families_say_so() -> None:
+    with pytest.raises(ConfigError, match="'blt'.*not supported: a BLT config holds several "
+                                          "transformers"):
+        enc({"model_type": "blt", "hidden_size": 64, "num_attention_heads": 4})
+
+
+def test_hunyuan_vl_xdrope_from_a_config_dict() -> None:
+    """HunyuanOCR's config.json (legacy keys: type "xdrope", xdrope_section, a fixed NTK alpha):
+    mrope with one axis per feature, chunk k of 2·section[k] features on axis k, and theta
+    stretched by alpha^(d/(d-2)); written out here from HF's recomposition_frequencies and
+    compute_ntk_alpha_rope_parameters (tests/test_xdrope.py runs HF's own code)."""
     hunyuan = {"model_type": "hunyuan_vl", "text_config": {
-        "model_type": "hunyuan_vl_text", "head_dim": 16, "rope_parameters": {
-            "rope_theta": 1e4, "xdrope_section": [2, 2, 2, 2]}}}
-    with pytest.raises(ConfigError, match="'hunyuan_vl_text'.*not supported: its XD-RoPE table "
-                                          "gives the two features of a pair the angles of "
-                                          "different axes"):
-        enc(hunyuan)
+        "model_type": "hunyuan_vl_text", "head_dim": 16, "rope_theta": 1e4, "rope_scaling": {
+            "type": "xdrope", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32, "beta_slow": 1,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "xdrope_section": [1, 2, 3, 2]}}}
+    o = opts(hunyuan)
+    assert (o["sections"], o["layout"], o["interleaved"], o["pair_axes"], o["scaling"]) == \
+        ((1, 2, 3, 2), "half", False, None, None)
+    assert o["feature_axes"] == (0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3)
+    assert o["theta"] == 1e4 * 1000.0 ** (16 / 14)
+    # without alpha, "dynamic" stays transformers' dynamic NTK (sequence-length dependent)
+    plain = {**hunyuan["text_config"], "max_position_embeddings": 64,
+             "rope_scaling": {"type": "dynamic", "factor": 2.0, "xdrope_section": [2, 2, 2, 2]}}
+    o = opts(plain)
+    assert (o["theta"], o["scaling"]["type"], o["feature_axes"][:4]) == (1e4, "dynamic",
+                                                                        (0, 0, 0, 0))
+    # HunYuan's dense and MoE models read the same alpha
+    dense = {"model_type": "hunyuan_v1_dense", "head_dim": 32, "rope_parameters": {
+        "rope_type": "dynamic", "rope_theta": 1e4, "alpha": 50.0, "factor": 1.0}}
+    e = enc(dense)
+    assert (e.name, e.options["theta"], e.options["scaling"]) == ("rotary",
+                                                                   1e4 * 50.0 ** (32 / 30), None)
 
 
 def test_ernie_vl_axis_map_and_config_aliases() -> None:
@@ -410,6 +434,14 @@ def _hf_cases() -> list[tuple[str, str, dict[str, Any], str]]:
         ("llama-dynamic", "LlamaConfig", {**small, "max_position_embeddings": 16,
                                           "rope_scaling": {"rope_type": "dynamic",
                                                            "factor": 2.0}}, "std"),
+        # HunYuan's fixed NTK alpha ("dynamic" with an alpha; without it, dynamic NTK)
+        ("hunyuan_v1_dense-alpha", "HunYuanDenseV1Config", {**small, "head_dim": 16,
+                                                            "rope_parameters": {
+            "rope_type": "dynamic", "rope_theta": 1e4, "alpha": 50.0, "factor": 1.0}}, "std"),
+        ("hunyuan_v1_moe-dynamic", "HunYuanMoEV1Config", {**small, "head_dim": 16,
+                                                          "max_position_embeddings": 16,
+                                                          "rope_parameters": {
+            "rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}}, "std"),
         ("llama-yarn", "LlamaConfig", {**small, "rope_scaling": {
             "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}}, "std"),
         ("llama-llama3", "LlamaConfig", {**small, "rope_theta": 5e5, "rope_scaling": {

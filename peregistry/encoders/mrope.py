@@ -27,13 +27,35 @@ the other features pass through. ``rotary_features`` and ``direction`` are as fo
 (transformers 5.23 ``Ernie4_5_VLMoeTextRotaryEmbedding``) gives its first ``h + w`` pairs to
 height and width alternately and the last ``t`` to time: ``sections=(t, h, w)``,
 ``pair_axes=(1, 2, 1, 2, ..., 0, 0, ...)``.
+
+``feature_axes`` gives the axis of every rotated *feature* instead, so that the two features of
+a pair may turn with different axes: HunYuan-VL's XD-RoPE (transformers 5.23
+``HunYuanVLRotaryEmbedding.recomposition_frequencies``) spreads the angle tables over the full
+width, ``cat(freqs, freqs)``, and gives chunk ``k`` of ``2·sections[k]`` features to axis ``k``::
+
+    feature_axes[f] = k  for  2·(s_0 + ... + s_{k-1}) <= f < 2·(s_0 + ... + s_k)
+    a_i' = a_i·cos(p_{A(i)}·ω_i) - b_i·sin(p_{A(i)}·ω_i)          A(i) = feature_axes[i]
+    b_i' = b_i·cos(p_{B(i)}·ω_i) + a_i·sin(p_{B(i)}·ω_i)          B(i) = feature_axes[h + i]
+
+(``h = rotary_dim/2``; entry ``i`` and ``h + i`` are pair ``i``'s two features, the output's
+feature order for ``layout="half"``). That is no rotation where ``A(i) != B(i)`` and the axes'
+positions differ (norms change, and ``<R(P)q, R(P')k>`` is not a function of ``P - P'``), but
+with every axis at one position (text tokens) it is RoPE, bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
 from .._hooks import hookimpl
 from .._options import Option
-from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
+from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary
+from ..rope._table_cache import remember_call, same_call_tables
+from ..rope.scaled import pair_cos_sin
+from ._split_pairs import SplitRotaryTables, feature_order, rotate_split
+from .context import Ctx, resolve_dtype
 from .rotary import (
     DIRECTION,
     HEAD_DIM,
@@ -88,10 +110,27 @@ class MRope(MultiAxisRotary, ScaledRotary):
                        check=lambda t: all(v >= 0 for v in t),
                        doc="a model's own axis of each pair, instead of bands or cycles "
                            "(Ernie-4.5-VL: h, w alternating, then t)")
+    feature_axes = Option(tuple, None, nullable=True,
+                          allowed="None or one axis index per rotated feature (rotary_dim of "
+                                  "them, pair i's features at i and rotary_dim/2 + i), axis a "
+                                  "appearing 2·sections[a] times",
+                          check=lambda t: all(v >= 0 for v in t),
+                          doc="a model's own axis of each feature: a pair's two features may "
+                              "turn with different axes (HunYuan-VL XD-RoPE)")
     scaling = SCALING
     rotary_dim = ROTARY_DIM
     rotary_features = ROTARY_FEATURES
     direction = DIRECTION
+
+    _compile_hook_eagerly = True  # _half_cos_sin reads no values: see peregistry/_jax_eager.py
+    #: The laws a split pair (feature_axes) breaks, with the reason. (Norms change too where
+    #: a pair's axes' positions differ, but check_rotary_norm_preserved rotates text tokens,
+    #: where the encoder is RoPE, so it still applies.)
+    _SPLIT_EXEMPT: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "check_mrope_relative_per_axis":
+            "feature_axes turns a pair's two features by different axes' angles: <R(P)q, R(P')k> "
+            "is no function of P - P' (tests/test_xdrope.py checks that it differs)",
+    })
 
     def _validate(self) -> None:
         check_rotary_dim(self)
@@ -101,6 +140,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
             raise self._invalid("sections", sections,
                                 f"integers summing to {what} = {rd // 2} (they sum to "
                                 f"{sum(sections)})")
+        if self._values["feature_axes"] is not None:
+            self._check_feature_axes(self._values["feature_axes"], sections, rd)
         pair_axes = self._values["pair_axes"]
         if pair_axes is not None:
             self._check_pair_axes(pair_axes, sections, rd)
@@ -126,6 +167,46 @@ class MRope(MultiAxisRotary, ScaledRotary):
                 or counts != sections:
             raise self._invalid("pair_axes", pair_axes, allowed)
 
+    def _check_feature_axes(self, axes: tuple[int, ...], sections: tuple[int, ...],
+                            rd: int) -> None:
+        """Valid and not with ``pair_axes``/``interleaved=True``; when each pair's two features
+        share an axis it is ``pair_axes``, and becomes it (one encoder, one identity)."""
+        for other, value in (("pair_axes", self._values["pair_axes"]),
+                             ("interleaved", self._values["interleaved"] or None)):
+            if value is not None:
+                raise self._invalid("feature_axes", axes, f"None when {other}={value!r} "
+                                    f"(feature_axes gives the whole map itself)")
+        counts = tuple(axes.count(a) for a in range(len(sections)))
+        if len(axes) != rd or any(a >= len(sections) for a in axes) \
+                or counts != tuple(2 * s for s in sections):
+            raise self._invalid(
+                "feature_axes", axes,
+                f"None or {rd} axis indices (one per rotated feature) in 0 .. "
+                f"{len(sections) - 1}, axis a appearing 2·sections[a] times "
+                f"({tuple(2 * s for s in sections)}; they appear {counts})")
+        h = rd // 2
+        if axes[:h] == axes[h:]:
+            self._values["pair_axes"], self._values["feature_axes"] = axes[:h], None
+
+    def _feature_split(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The axes of each pair's first and second features (``feature_axes``), or None."""
+        axes = self._values["feature_axes"]
+        if axes is None:
+            return None
+        h = len(axes) // 2
+        return axes[:h], axes[h:]
+
+    @property
+    def exempt_checks(self) -> Mapping[str, str]:  # type: ignore[override]
+        """As ``rotary``'s, and the laws a split pair breaks (:attr:`_SPLIT_EXEMPT`)."""
+        base = super().exempt_checks
+        if self._feature_split() is None:
+            return base
+        return MappingProxyType({**base, **self._SPLIT_EXEMPT})
+
+    def _table_width(self) -> int:
+        return self._rotary_dim() if self._feature_split() is not None else super()._table_width()
+
     @property
     def num_axes(self) -> int:
         return len(self._values["sections"])
@@ -144,11 +225,15 @@ class MRope(MultiAxisRotary, ScaledRotary):
     def _axes_description(self) -> str:
         return f"sections={self._values['sections']}"
 
+    def _pair_axes(self) -> tuple[int, ...]:
+        """The axis of each pair: ``pair_axes``, else Qwen2-VL's or Qwen3-VL's rule."""
+        return self._values["pair_axes"] or axis_of_pairs(
+            self._values["sections"], interleaved=self._values["interleaved"])
+
     def _axis_groups(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...] | None]:
         """Pair indices of each axis, and the permutation that puts the pairs grouped by axis
         back in order (None when they already are: contiguous sections)."""
-        axes = self._values["pair_axes"] or axis_of_pairs(
-            self._values["sections"], interleaved=self._values["interleaved"])
+        axes = self._pair_axes()
         groups = tuple(tuple(i for i, a in enumerate(axes) if a == ax)
                        for ax in range(self.num_axes))
         order = [i for g in groups for i in g]
@@ -169,9 +254,81 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
     def _pair_frequencies(self, seq_len: int | None) -> tuple[Frequencies, tuple[int, ...]]:
         # RoPE's own frequencies, already in feature order: each pair keeps its ω_i.
-        axes = self._values["pair_axes"] or axis_of_pairs(
-            self._values["sections"], interleaved=self._values["interleaved"])
-        return self._frequencies(seq_len), axes
+        return self._frequencies(seq_len), self._pair_axes()
+
+    # -- feature_axes: tables [first | second], one entry per feature -----------------------------
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """M-RoPE's tables; with ``feature_axes``, ``[first | second]`` (``rotary_dim`` wide):
+        the tables of each pair's first features, then of its second features, each computed
+        as M-RoPE's with that member's axes as the pair map."""
+        split = self._feature_split()
+        if split is None:
+            return super()._half_cos_sin(positions, ctx=ctx, seq_len=seq_len)
+        xp = ctx.xp
+        self._position_batch_shape(positions)
+        freqs = self._frequencies(seq_len)
+        tables = [self._member_table(positions, axes, freqs, ctx=ctx) for axes in split]
+        cos = xp.concat([c for c, _ in tables], axis=-1)
+        sin = xp.concat([s for _, s in tables], axis=-1)
+        af = self.attention_factor
+        if af != 1.0:
+            cos, sin = cos * af, sin * af
+        # direction="negative": sin(-a) = -sin(a) exactly, as for rotary
+        return cos, (-sin if self._values["direction"] == "negative" else sin)
+
+    def _member_table(self, positions: Any, axes: tuple[int, ...], freqs: Frequencies, *,
+                      ctx: Ctx) -> tuple[Any, Any]:
+        """``cos``/``sin`` of ``p_{axes[i]}·ω_i`` per pair: each axis's positions turn by its
+        own pairs' frequencies, exactly as M-RoPE's (and so RoPE's) angles."""
+        return pair_cos_sin(positions, axes, freqs, ctx=ctx)
+
+    def cos_sin(self, positions: Any, *, dtype: Any = None,
+                seq_len: int | None = None) -> tuple[Any, Any]:
+        """As for every rotary encoder; with ``feature_axes`` each feature's own ``cos``/``sin``
+        (Hugging Face's recomposed HunYuan-VL tables for ``layout="half"``)."""
+        if self._feature_split() is None:
+            return super().cos_sin(positions, dtype=dtype, seq_len=seq_len)
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        xp, h, inter = ctx.xp, self._rotary_dim() // 2, self._interleaved()
+        cos = feature_order(cos[..., :h], cos[..., h:], interleaved=inter, xp=xp)
+        sin = feature_order(sin[..., :h], sin[..., h:], interleaved=inter, xp=xp)
+        return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
+
+    def tables(self, positions: Any, *, seq_len: int | None = None) -> RotaryTables:
+        """As for every rotary encoder; with ``feature_axes`` a
+        :class:`~peregistry.encoders._split_pairs.SplitRotaryTables`."""
+        if self._feature_split() is None:
+            return super().tables(positions, seq_len=seq_len)
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos), static_len=None)
+        return SplitRotaryTables(cos, sin, layout=self._values["layout"],
+                                 head_dim=self._head_dim(), owner=self.name, ctx=ctx,
+                                 rotary_features=self._values["rotary_features"])
+
+    def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
+                seq_len: int | None, native: bool) -> Any:
+        """The engine's rotation; with ``feature_axes`` two of them, by the first and second
+        features' tables, merged (:func:`._split_pairs.rotate_split`)."""
+        if self._feature_split() is None:
+            return super()._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
+                                   native=native)
+        kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
+              "last": self._rotary_last(), "native": native, "text": positions is None}
+        same = None if params is not None else same_call_tables(self, x, positions, offset,
+                                                                seq_len)
+        if same is not None:  # as the last call but for x's values: validated, tables known
+            (cos, sin), cdt, xp = same
+            return rotate_split(x, cos, sin, cdt=cdt, xp=xp, **kw)
+        call = self._rotate_call(x, positions, offset, params, seq_len)
+        cos, sin = self._rotation_tables(call)
+        remember_call(self, positions, offset, seq_len, call=call, tables=(cos, sin))
+        return rotate_split(call.x, cos, sin, cdt=call.cdt, xp=call.ctx.xp, **kw)
 
 
 @hookimpl

@@ -19,6 +19,11 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   layer is NoPE when ``no_rope_layers`` is empty or absent);
 * ``mrope_map``: a function of the config's ``mrope_section`` returning ``(sections,
   pair_axes)`` for ``mrope`` (Ernie-4.5-VL's own axis-to-pair map);
+* ``feature_map``: a function of the config's ``mrope_section`` returning ``(sections,
+  feature_axes)`` for ``mrope`` (HunYuan-VL's XD-RoPE: an axis per feature);
+* ``ntk_alpha=True``: ``rope_type="dynamic"`` with an ``alpha`` is HunYuan's fixed NTK alpha
+  (``compute_ntk_alpha_rope_parameters``): ``θ' = θ·alpha^(d/(d-2))``, no sequence-length
+  dependence;
 * ``reads_rotary_dim=False``: the family's code ignores a ``rotary_dim`` in its config
   (MiniMax-M3);
 * ``rotary_features="last"``: partial rotary on the last features of the head (DeepSeek-V4's
@@ -26,7 +31,7 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
-  a rotary encoder that looks right (HunYuan-VL's XD-RoPE, BLT's composite config).
+  a rotary encoder that looks right (BLT's composite config).
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ _KEYS: dict[str, str] = {
     "reads_rotary_dim": "a bool: False when the family's code ignores a config's rotary_dim",
     "mrope_map": "a function of the config's mrope_section returning (sections, pair_axes) "
                  "for mrope: the family's own axis-to-pair map",
+    "feature_map": "a function of the config's mrope_section returning (sections, "
+                   "feature_axes) for mrope: the family's own axis of every feature",
+    "ntk_alpha": "a bool: rope_type 'dynamic' with an 'alpha' means a fixed NTK alpha, "
+                 "theta·alpha^(d/(d-2)) (HunYuan)",
     "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
@@ -70,6 +79,13 @@ def _ernie_vl_map(section: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]
     # pairs to time: M-RoPE sections (t, h, w) over positions (t, h, w) with this pair map.
     h, w, t = section
     return (t, h, w), tuple(1 + j % 2 if j < h + w else 0 for j in range(h + w + t))
+
+
+def _hunyuan_vl_map(section: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # HunYuan-VL's recomposition_frequencies: cat(freqs, freqs) over the full width, split in
+    # chunks of 2·section[k] features, chunk k from axis k; a pair's two features (i, h + i)
+    # may fall in different chunks.
+    return tuple(section), tuple(k for k, s in enumerate(section) for _ in range(2 * s))
 
 
 _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
@@ -135,10 +151,11 @@ _TABLE: dict[str, dict[str, Any]] = {
     **{t: {"mrope_section": (8, 12, 12)} for t in ("glm_image", "glm_image_text")},
     **{t: {**_INTERLEAVED, "theta": 500000.0, "mrope_section": (22, 22, 20),
            "mrope_map": _ernie_vl_map} for t in ("ernie4_5_vl_moe", "ernie4_5_vl_moe_text")},
-    **{t: {"unsupported": "its XD-RoPE table gives the two features of a pair the angles of "
-                          "different axes (the full-width table is split by axis), which is not "
-                          "a rotation; peregistry's rotary encoders turn each pair by one angle"}
-       for t in ("hunyuan_vl", "hunyuan_vl_text")},
+    # XD-RoPE: the full-width tables split by axis (mrope feature_axes); its checkpoints say
+    # "xdrope" (the config class reads "dynamic") with a fixed NTK alpha
+    **{t: {"feature_map": _hunyuan_vl_map, "ntk_alpha": True,
+           "rope_type_aliases": {"xdrope": "dynamic"}} for t in ("hunyuan_vl", "hunyuan_vl_text")},
+    **{t: {"ntk_alpha": True} for t in ("hunyuan_v1_dense", "hunyuan_v1_moe")},
     **{t: {"mrope_section": (16, 24, 24)} for t in ("paddleocr_vl", "paddleocr_vl_text")},
     **{t: {"mrope_interleaved": True, "mrope_section": (24, 20, 20)}
        for base in ("cohere_compass", "qwen3_omni_moe") for t in (base, f"{base}_text")},
@@ -175,6 +192,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "rotary_features": lambda v: v in ("first", "last"),
     "reads_rotary_dim": lambda v: isinstance(v, bool),
     "mrope_map": callable,
+    "feature_map": callable,
+    "ntk_alpha": lambda v: isinstance(v, bool),
     "direction": lambda v: v in ("positive", "negative"),
     "rope_type_aliases": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(t, str) for k, t in v.items()),
@@ -193,7 +212,7 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     unsaid, e.g. ``register_model_conventions("my_model", layout="interleaved")``.
 
     Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
-    ``mrope_map``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
+    ``mrope_map``, ``feature_map``, ``ntk_alpha``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
     ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
     ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and

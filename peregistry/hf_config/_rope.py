@@ -12,7 +12,7 @@ __all__ = ["ConfigError", "rotary_options"]
 
 #: Keys of ``rope_parameters`` that are encoder options or M-RoPE settings, not scaling ones.
 _NOT_SCALING = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor",
-                          "mrope_section", "mrope_interleaved"})
+                          "mrope_section", "xdrope_section", "mrope_interleaved"})
 #: Types whose ``original_max_position_embeddings`` transformers fills (standardize_rope_params).
 _NEED_ORIGINAL = ("llama3", "yarn", "longrope")
 
@@ -145,6 +145,10 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
     kind = str(conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind))
+    alpha = _number(rope, "alpha")
+    if kind == "dynamic" and alpha and conventions_of(model_type).get("ntk_alpha"):
+        # HunYuan's compute_ntk_alpha_rope_parameters: a fixed alpha only stretches the base
+        theta, kind = theta * float(alpha) ** (dim / (dim - 2)), "default"
     rotary_dim = (dim if _consumes_partial(kind, registered)
                   else _rotary_dim(rope, config, model_type, dim))
     scaling = _scaling(kind, rope, config, where, registered)
@@ -153,7 +157,9 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
               "rotary_dim": None if rotary_dim == dim else rotary_dim,
               **{k: conv[k] for k in ("rotary_features", "direction") if k in conv}}
-    sections = rope.get("mrope_section") or conv.get("mrope_section")
+    # HunYuan-VL's checkpoints name it xdrope_section (its config class renames it)
+    sections = rope.get("mrope_section") or rope.get("xdrope_section") or conv.get(
+        "mrope_section")
     if sections is None:
         return "rotary", common
     interleaved = _number(rope, "mrope_interleaved")
@@ -165,4 +171,7 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     mapper = conv.get("mrope_map")
     if mapper is not None:  # the family's own axis-to-pair map (Ernie-4.5-VL)
         out["sections"], out["pair_axes"] = mapper(list(out["sections"]))
+    features = conv.get("feature_map")
+    if features is not None:  # the family's own axis of every feature (HunYuan-VL)
+        out["sections"], out["feature_axes"] = features(list(out["sections"]))
     return "mrope", out

@@ -270,7 +270,7 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
             or not type(enc)._table_use.offset_rows):
         return None
     itemsize = ctx.xp.finfo(cdt).bits // 8
-    half = enc._rotary_dim() // 2
+    half = enc._table_width()
     budget = enc._POSITION_TABLE_BYTES
     n = 1 << max(10, (end - 1).bit_length())
     if 2 * n * half * itemsize > budget:

@@ -113,6 +113,12 @@ class RotaryEncoder(Encoder):
         rd = self._values.get("rotary_dim")
         return self._head_dim() if rd is None else int(rd)
 
+    def _table_width(self) -> int:
+        """Entries per position of the tables :meth:`_half_cos_sin` returns: one per pair,
+        ``rotary_dim/2`` (an encoder whose pairs' two features turn by different angles, as
+        ``mrope`` with ``feature_axes``, returns one per feature)."""
+        return self._rotary_dim() // 2
+
     def _rotary_last(self) -> bool:
         """True if the last ``rotary_dim`` features rotate (``rotary_features="last"``), False
         for the first ones."""

@@ -177,6 +177,22 @@ class ScaledRotary(RotaryEncoder):
         return cos, _signed(self, sin)
 
 
+def pair_cos_sin(positions: Any, axis_of_pair: tuple[int, ...], freqs: Frequencies, *,
+                 ctx: Ctx) -> tuple[Any, Any]:
+    """``cos``/``sin`` of ``p_{a_i}·ω_i`` per pair ``i`` (``a_i = axis_of_pair[i]``) for
+    positions ``(num_axes, *batch)``, each ``(*batch, len(freqs))``: each pair's axis position
+    is gathered first, so that one ``cos`` and one ``sin`` serve every axis (each angle by the
+    same operations as per axis: the same bits, in fewer operations and smaller compiled
+    programs)."""
+    xp = ctx.xp
+    idx = xp.asarray(list(axis_of_pair), device=ctx.device)
+    pair_pos = xp.take(positions, idx, axis=0)  # (pairs, *batch)
+    nd = pair_pos.ndim
+    if nd > 1:
+        pair_pos = xp.permute_dims(pair_pos, (*range(1, nd), 0))
+    return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
+
+
 class MultiAxisRotary(RotaryEncoder):
     """Base of rotary encoders with one position per axis: ``positions`` is ``(num_axes, ...)``
     and each frequency pair turns with the position of the axis it belongs to (M-RoPE of
@@ -246,18 +262,10 @@ class MultiAxisRotary(RotaryEncoder):
 
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """Each axis's positions turn by that axis's own frequencies: exactly RoPE's angles
-        ``p·ω_i`` pair by pair. The position of each pair's axis is gathered first, so that
-        one ``cos`` and one ``sin`` serve every axis (each angle by the same operations as
-        per axis: the same bits, in fewer operations and smaller compiled programs)."""
-        xp = ctx.xp
+        ``p·ω_i`` pair by pair (:func:`pair_cos_sin`)."""
         self._position_batch_shape(positions)
         freqs, axis_of_pair = self._pair_frequencies(seq_len)
-        idx = xp.asarray(list(axis_of_pair), device=ctx.device)
-        pair_pos = xp.take(positions, idx, axis=0)  # (pairs, *batch)
-        nd = pair_pos.ndim
-        if nd > 1:
-            pair_pos = xp.permute_dims(pair_pos, (*range(1, nd), 0))
-        cos, sin = cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
+        cos, sin = pair_cos_sin(positions, axis_of_pair, freqs, ctx=ctx)
         af = self.attention_factor
         if af != 1.0:
             cos, sin = cos * af, sin * af
