@@ -97,6 +97,15 @@ def _rotary_pairs(enc: Encoder, values: np.ndarray[Any, Any]) -> np.ndarray[Any,
     return values[..., : rotary_dim // 2]
 
 
+def _second_members(enc: Encoder, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The columns of each pair's second feature (the same angles as the first's unless the
+    encoder turns a pair's two features by different axes, as M-RoPE's ``feature_axes``)."""
+    rotary_dim = values.shape[-1]
+    if enc.options.get("layout", "half") == "interleaved":
+        return values[..., 1::2]
+    return values[..., rotary_dim // 2: rotary_dim]
+
+
 def _text_positions(enc: Encoder, positions: Any) -> Any:
     return enc.text_positions(positions)  # type: ignore[attr-defined]
 
@@ -194,7 +203,8 @@ def plot_decay(enc: Encoder, settings: PlotSettings) -> Any:
 def plot_angles(enc: Encoder, settings: PlotSettings) -> Any:
     """The rotation angle of each pair per unit of position (``ω_i``, log scale), read from
     ``cos_sin`` (scalings included). A multi-axis encoder (M-RoPE) gets one series per axis,
-    advancing that axis alone: its sections (contiguous or interleaved) become visible."""
+    advancing that axis alone: its sections (contiguous or interleaved) become visible; where
+    a pair's second feature turns by another axis (``feature_axes``) it is marked apart."""
     import numpy as np
 
     if enc.kind != "rotary":
@@ -203,9 +213,9 @@ def plot_angles(enc: Encoder, settings: PlotSettings) -> Any:
     n = settings.length or 64
     p = np.arange(n)
 
-    def omega(positions: Any) -> Any:
+    def omega(positions: Any, columns: Any = _rotary_pairs) -> Any:
         cos, sin = enc.cos_sin(positions)  # type: ignore[attr-defined]
-        ang = np.arctan2(_rotary_pairs(enc, np.asarray(sin)), _rotary_pairs(enc, np.asarray(cos)))
+        ang = np.arctan2(columns(enc, np.asarray(sin)), columns(enc, np.asarray(cos)))
         return np.unwrap(ang, axis=0)[-1] / (n - 1)
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
@@ -215,9 +225,16 @@ def plot_angles(enc: Encoder, settings: PlotSettings) -> Any:
                                strict=False):
             pos = np.zeros((axes, n), dtype=np.int64)
             pos[axis] = p
-            w = omega(pos)
-            idx = np.flatnonzero(w > 0)
-            ax.plot(idx, w[idx], "o", ms=3.5, label=f"{label} ({len(idx)} pairs)")
+            w, w2 = omega(pos), omega(pos, _second_members)
+            split = not np.array_equal(w, w2)  # a pair's second feature on its own axis
+            idx, idx2 = np.flatnonzero(w > 0), np.flatnonzero(w2 > 0)
+            color = None
+            if len(idx) or not split:
+                line = ax.plot(idx, w[idx], "o", ms=3.5, label=f"{label} ({len(idx)} pairs)")
+                color = line[0].get_color()
+            if split and len(idx2):
+                ax.plot(idx2, w2[idx2], "x", ms=4.5, color=color,
+                        label=f"{label}, second features ({len(idx2)} pairs)")
         ax.legend(fontsize=9)
     else:
         w = omega(_text_positions(enc, p))

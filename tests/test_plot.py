@@ -101,3 +101,32 @@ def test_plot_help_lists_the_encoders_options(capsys: pytest.CaptureFixture[str]
     assert "options of mrope" in out
     assert "--sections VALUE" in out
     assert "ints 1,2,3" in out
+
+
+@pytest.mark.usefixtures("_matplotlib")
+def test_angles_show_each_features_axis_for_split_pairs() -> None:
+    """With ``feature_axes`` (HunYuan-VL's XD-RoPE) a pair's second feature may turn by another
+    axis: the angles plot marks each axis's second features too, at ω_i (RoFormer's
+    θ^(-2i/d)), where the split rule puts them."""
+    import numpy as np
+
+    import peregistry as per
+    from peregistry.plot import PlotSettings, plot_angles
+
+    sections = (4, 4, 4, 4)  # chunk k of 2·4 features on axis k: pair i's halves on k and k+2
+    enc = per.get_encoder("mrope", dim=32, sections=sections,
+                          feature_axes=tuple(k for k in range(4) for _ in range(8)))
+    fig = plot_angles(enc, PlotSettings(length=24))
+    series = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    omega = 10000.0 ** (-np.arange(0, 32, 2) / 32)
+    for axis, label in enumerate(("temporal", "height", "width", "axis 3")):
+        # pair i: first feature i on axis i // 8, second feature 16 + i on axis 2 + i // 8
+        for suffix, members in (("", [i for i in range(16) if i // 8 == axis]),
+                                (", second features", [i for i in range(16)
+                                                       if 2 + i // 8 == axis])):
+            key = f"{label}{suffix} ({len(members)} pairs)"
+            if not members:
+                assert key not in series, key
+                continue
+            np.testing.assert_array_equal(series[key].get_xdata(), members)
+            np.testing.assert_allclose(series[key].get_ydata(), omega[members], rtol=1e-6)
