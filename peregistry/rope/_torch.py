@@ -114,6 +114,14 @@ def values_token(x: Any) -> int | None:
         return None
 
 
+def clamp_int(d: Any, low: int, high: int) -> Any:
+    """``torch.clamp`` of an integer tensor by Python ints: one kernel (traceable, and fine
+    under torch.func transforms)."""
+    import torch
+
+    return torch.clamp(d, low, high)
+
+
 def int_bounds(x: Any) -> tuple[int, int] | None:
     """One pass (``aminmax``); torch stages nothing eagerly."""
     import torch
