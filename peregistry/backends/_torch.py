@@ -135,6 +135,13 @@ class TorchBackend(Backend):
 
         if idx.dtype not in (torch.int64, torch.int32):  # uint8/bool would index as a mask
             idx = idx.to(torch.int64)
+        if (axis == 0 and table.ndim == 1 and idx.dtype == torch.int64
+                and type(table) is torch.Tensor and type(idx) is torch.Tensor
+                and torch._C._functorch.peek_interpreter_stack() is None
+                and not torch.compiler.is_compiling()):
+            # A 1-D lookup of plain eager tensors: a third of advanced indexing's cost (vmap
+            # has no batching rule for it, and warns)
+            return torch.take(table, idx)
         return table[idx] if axis == 0 else table[:, idx]
 
     def is_tracing(self, x: Any) -> bool:

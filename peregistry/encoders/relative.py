@@ -34,10 +34,11 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
+from ..rope import _delegation
 from ._angles import Frequencies, cos_sin
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
-from .pairs import compute_dtype, distance, gather, index_dtype
+from .pairs import compute_dtype, gather, index_dtype
 from .relative_calls import RememberedBias, RememberedEmbedding
 from .sinusoidal import sinusoidal_frequencies
 
@@ -153,19 +154,20 @@ class T5Bias(LearnedParams, RememberedBias):
 
     def _lut_index(self, d: Any, *, ctx: Ctx) -> Any:
         m = int(self._values["max_distance"])
-        idt = index_dtype(ctx)
-        d = d if d.dtype == idt else ctx.xp.astype(d, idt)
-        return _clip(d, m, xp=ctx.xp) + m
+        return _clip(_as(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
-        idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
-        lut = _eager_constant(self, "lut", self._cache["lut"], index_dtype(ctx), ctx=ctx,
-                              like=idx)
-        # (2M+1, num_heads): the bias of each clipped distance; differentiable in the table.
-        per_distance = gather(params["table"], lut, axis=0, ctx=ctx)
-        out = gather(xp.permute_dims(per_distance, (1, 0)), idx, axis=1, ctx=ctx)  # (H, *b, Q, K)
-        nb = len(idx.shape) - 2
+        idt = index_dtype(ctx)
+        m = int(self._values["max_distance"])
+        idx = _clip(_distance(q, k, idt, xp=xp), m, xp=xp) + m  # (*batch, Q, K)
+        lut = _eager_constant(self, "lut", self._cache["lut"], idt, ctx=ctx, like=idx)
+        table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
+        if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
+            out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
+        else:  # the bias of each clipped distance (H, 2M+1), then one gather per pair
+            out = gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
+        nb = len(idx.shape) - 2  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
@@ -187,8 +189,6 @@ def _eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ct
         return arrays[key]
     except (KeyError, TypeError):  # new, or an unhashable device
         pass
-    from ..rope import _delegation
-
     with _delegation.cache_scope(ctx.xp):
         out = ctx.constant(list(values), dtype)
         if shape is not None:
@@ -259,7 +259,7 @@ class ALiBi(RememberedBias):
         xp = ctx.xp
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
-        neg = 0.0 - xp.abs(xp.astype(distance(q, k, ctx=ctx), cdt))
+        neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
         m = _eager_constant(self, "slopes", self._cache["slopes"], cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
@@ -286,7 +286,7 @@ class Shaw(LearnedParams, RememberedEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         m = int(self._values["max_distance"])
-        idx = _clip(distance(q, k, ctx=ctx), m, xp=ctx.xp) + m
+        idx = _clip(_distance(q, k, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 
@@ -294,8 +294,6 @@ def _clip(d: Any, m: int, *, xp: Any) -> Any:
     """``clip(d, -m, m)`` of an integer array: two ``where``s, or one kernel of the framework
     (the same integers; array-api-compat's general ``clip`` costs more than the arithmetic of a
     small call)."""
-    from ..rope import _delegation
-
     return _delegation.clip_int(d, -m, m, xp=xp)
 
 
@@ -332,17 +330,36 @@ class TransformerXL(RememberedEmbedding):
                                                       float(self._values["base"]))
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp = ctx.xp
+        xp, f64 = ctx.xp, ctx.has_float64
         if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
-            rel = -distance(q, k, ctx=ctx)  # q - k, exact in integers
+            idt = index_dtype(ctx)  # q - k, exact in integers
+            q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
+            if f64 and _size(q) * _size(k) < _BY_DISTANCE_MIN_PAIRS:  # (..., Q, K, 1) at once
+                return self._sin_cos(q[..., :, None, None] - k[..., None, :, None], ctx=ctx)
+            rel = q[..., :, None] - k[..., None, :]
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
+        elif f64:
+            return self._sin_cos(_as(q, ctx.wide, xp=xp)[..., :, None, None]
+                                 - _as(k, ctx.wide, xp=xp)[..., None, :, None], ctx=ctx)
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
+        if f64:
+            return self._sin_cos(rel[..., None], ctx=ctx)
         cos, sin = cos_sin(rel, self.frequencies, ctx=ctx)
         return xp.concat((sin, cos), axis=-1)
+
+    def _sin_cos(self, rel: Any, *, ctx: Ctx) -> Any:
+        """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
+        float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
+        per backend, device and dtype."""
+        xp = ctx.xp
+        omega = _eager_constant(self, "omega", self.frequencies.omega, ctx.wide, ctx=ctx,
+                                like=rel)
+        theta = _as(rel, ctx.wide, xp=xp) * omega
+        return xp.concat((xp.sin(theta), xp.cos(theta)), axis=-1)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in
@@ -369,6 +386,16 @@ class TransformerXL(RememberedEmbedding):
         return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
 
 
+def _as(a: Any, dtype: Any, *, xp: Any) -> Any:
+    return a if a.dtype == dtype else xp.astype(a, dtype)
+
+
+def _distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
+    """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
+    the dtype looked up once per call."""
+    return _as(k, idt, xp=xp)[..., None, :] - _as(q, idt, xp=xp)[..., :, None]
+
+
 def _size(a: Any) -> int:
     n = 1
     for d in a.shape:
@@ -381,8 +408,6 @@ def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     tracer's, or on a device where reading values would synchronize it."""
     if ctx.backend.is_tracing(a) or _size(a) == 0:
         return None
-    from ..rope import _delegation
-
     if not _delegation.reads_cheaply(a, xp=ctx.xp):
         return None
     return _delegation.int_bounds(a, ctx=ctx)
