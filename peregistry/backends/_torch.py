@@ -70,6 +70,8 @@ class TorchBackend(Backend):
         import torch
 
         kind = getattr(device, "type", None)  # a torch.device (asked on every call)
+        if kind == "cpu":
+            return torch.float64
         if device is not None and (kind if isinstance(kind, str)
                                    else torch.device(device).type) == "mps":
             return torch.float32  # MPS has no float64
