@@ -194,3 +194,27 @@ def test_eager_contexts_are_shared(backend: Any) -> None:
     ctx2, _ = make_context("test", (b,))
     assert ctx1 is ctx2
     assert ctx1.backend is backend and ctx1.wide == backend.wide_float_dtype(ctx1.device)
+
+
+def test_a_subclass_validating_values_sees_every_call(backend: Any) -> None:
+    """A plugin's T5 that refuses negative positions: its check runs on every call, also after
+    calls of the same signature (which are then never remembered)."""
+    from peregistry.encoders.relative import T5Bias
+
+    class NonNegativeT5(T5Bias):
+        name = "test-non-negative-t5"
+
+        def _positions(self, positions: Any, ctx: Any, what: str = "positions") -> Any:
+            out = super()._positions(positions, ctx, what)
+            if float(np.min(_np(backend, out))) < 0:
+                raise ValueError(f"{self.name}: {what} must be >= 0")
+            return out
+
+    enc = NonNegativeT5(num_heads=2)
+    params = enc.init(backend.native())
+    good = backend.from_numpy(np.arange(4))
+    enc.bias(good, good, params=params)
+    enc.bias(good, good, params=params)
+    with pytest.raises(ValueError, match="q_positions must be >= 0"):
+        enc.bias(backend.from_numpy(np.arange(4) - 2), good, params=params)
+    assert not enc._cache.get("pair_calls")

@@ -8,8 +8,9 @@ params' keys, classes, dtypes, shapes and devices, and the ``dtype`` asked for),
 positions' values. So a validated eager call's *signature* is kept with what validation found
 (the :class:`~peregistry.encoders.context.Ctx` and the output dtype); a later call with the same
 signature goes straight to the hook, and any other call (a new shape, a Python list, a bad
-argument) takes the full path, which raises the same errors as ever. Nothing is kept from, or
-read inside, a trace (``torch.compile``, ``jax.jit``, torch.func transforms): those take the full
+argument) takes the full path, which raises the same errors as ever; so does every call of a
+subclass that overrides a validation method (a plugin checking positions' values, say). Nothing
+is kept from, or read inside, a trace (``torch.compile``, ``jax.jit``, torch.func transforms): those take the full
 path. At most :data:`KEPT` signatures per encoder, newest first, replaced as one tuple (no lock).
 """
 
@@ -41,7 +42,7 @@ class RememberedPairs(Encoder):
                    params: Mapping[str, Any] | None, dtype: Any) -> Any:
         """The public method's body (see :meth:`BiasEncoder.bias`), hook ``hook``."""
         sig = _signature(self, q_positions, k_positions, params, dtype)
-        if sig is not None:
+        if sig is not None and _own_validation(type(self)):
             for kept, ctx, out_dtype in self._cache.get("pair_calls", ()):
                 if kept == sig:
                     prepared = {} if params is None else ctx.backend.prepare_params(params)
@@ -50,7 +51,7 @@ class RememberedPairs(Encoder):
                     return self._finish(out, out_dtype, ctx, hook=hook)
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        if sig is not None:
+        if sig is not None and _own_validation(type(self)):
             _remember(self, sig, ctx, out_dtype)
         out = run_hook(self, hook, ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook=hook)
@@ -78,6 +79,22 @@ class RememberedEmbedding(RememberedPairs, RelativeEmbedding):
         return self._pair_call("_embed", q_positions, k_positions, params, dtype)
 
     embed.__doc__ = RelativeEmbedding.embed.__doc__
+
+
+#: The methods validation calls; a subclass overriding one (to check positions' values, say)
+#: must see every call, so its calls are never remembered.
+_VALIDATION = ("_context", "_positions", "_check_params", "_output_dtype")
+_OWN_VALIDATION: dict[type, bool] = {}
+
+
+def _own_validation(cls: type) -> bool:
+    """Whether ``cls`` validates with peregistry's own methods only (answered once per class)."""
+    known = _OWN_VALIDATION.get(cls)
+    if known is None:
+        known = _OWN_VALIDATION[cls] = all(
+            getattr(getattr(cls, name), "__module__", "").startswith("peregistry.")
+            for name in _VALIDATION)
+    return known
 
 
 def _remember(enc: Encoder, sig: tuple[Any, ...], ctx: Ctx, out_dtype: Any) -> None:
