@@ -92,7 +92,7 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
     up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
     if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
-    backend, device, first = None, None, None
+    backend, device, lead = None, None, None
     for a in arrays:  # the usual call: arrays of one backend (and Nones), in one pass
         if a is None:
             continue
@@ -100,10 +100,10 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
         if b is None or (backend is not None and b is not backend):
             break
         if backend is None:
-            backend, device, first = b, b.device(a), a
+            backend, device, lead = b, b.device(a), a
     else:
         if backend is not None:
-            return _context_of(backend, device, first), list(arrays)
+            return _context_of(backend, device, lead), list(arrays)
     labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
     first: str | None = None
