@@ -160,7 +160,7 @@ class T5Bias(LearnedParams, RememberedBias):
         xp = ctx.xp
         idt = index_dtype(ctx)
         m = int(self._values["max_distance"])
-        idx = _clip(_distance(q, k, idt, xp=xp), m, xp=xp) + m  # (*batch, Q, K)
+        idx = self._lut_index(_distance(q, k, idt, xp=xp), ctx=ctx)  # (*batch, Q, K)
         lut = _eager_constant(self, "lut", self._cache["lut"], idt, ctx=ctx, like=idx)
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
@@ -260,7 +260,7 @@ class ALiBi(RememberedBias):
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
         neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
-        m = _eager_constant(self, "slopes", self._cache["slopes"], cdt, ctx=ctx, like=neg,
+        m = _eager_constant(self, "slopes", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
 
