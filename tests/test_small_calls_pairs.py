@@ -218,3 +218,32 @@ def test_a_subclass_validating_values_sees_every_call(backend: Any) -> None:
     with pytest.raises(ValueError, match="q_positions must be >= 0"):
         enc.bias(backend.from_numpy(np.arange(4) - 2), good, params=params)
     assert not enc._cache.get("pair_calls")
+
+
+def test_rotation_plans_follow_the_layout() -> None:
+    """The torch kernel's plan is kept per (shape, strides, dtype) of x and the tables: a view of
+    the same shape with other strides (not C-contiguous: the kernel refuses it) and tables that
+    broadcast differently must each be rotated as the generic rotation does, in any order."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    from peregistry.registry import default_registry
+    from peregistry.rope import _delegation
+
+    xp = default_registry.backend("torch").namespace()
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(2, 3, 5, 8, generator=g)
+    views = [base, base.transpose(1, 2).contiguous().transpose(1, 2)]  # same shape, strides differ
+    tables = [(torch.randn(5, 4, generator=g, dtype=torch.float64),) * 2,
+              (torch.randn(2, 1, 5, 4, generator=g, dtype=torch.float64),) * 2,
+              (torch.randn(1, 3, 5, 4, generator=g), torch.randn(1, 3, 5, 4, generator=g))]
+    for _ in range(2):
+        for x in views:
+            for cos, sin in tables:
+                cdt = cos.dtype
+                got = _delegation.rotate(x, cos, sin, rotary_dim=8, interleaved=False, cdt=cdt,
+                                         xp=xp)
+                want = _delegation.rotate(x, cos, sin, rotary_dim=8, interleaved=False, cdt=cdt,
+                                          xp=xp, native=False)
+                assert got.dtype == want.dtype
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
