@@ -15,6 +15,7 @@ cheap host reads) and the fusion boundary used under ``torch.compile``.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -376,8 +377,6 @@ def _plain(t: Any) -> bool:
 def _forward_ad_active() -> bool:
     """Inside ``torch.autograd.forward_ad.dual_level()``: dual tensors need the plain
     expression (the ``out=`` ops and the kernel would drop their tangents)."""
-    import sys
-
     fwad = sys.modules.get("torch.autograd.forward_ad")
     return fwad is not None and getattr(fwad, "_current_level", -1) >= 0
 
