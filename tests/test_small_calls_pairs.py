@@ -247,3 +247,19 @@ def test_rotation_plans_follow_the_layout() -> None:
                                           xp=xp, native=False)
                 assert got.dtype == want.dtype
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_new_default_dtype_is_seen_after_a_remembered_call() -> None:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    pos = torch.arange(3)
+    assert enc.bias(pos, pos).dtype == enc.bias(pos, pos).dtype == torch.get_default_dtype()
+    before = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64 if before != torch.float64 else torch.float32)
+        assert enc.bias(pos, pos).dtype == torch.get_default_dtype()
+    finally:
+        torch.set_default_dtype(before)
+    assert enc.bias(pos, pos).dtype == before

@@ -5,13 +5,16 @@ A model asks its relative encoder for a bias or embedding on every layer (or eve
 with positions of the same class, dtype, shape and device each time. Everything
 :func:`~peregistry.encoders.pairs.pair_inputs` checks depends on exactly those (and on the
 params' keys, classes, dtypes, shapes and devices, and the ``dtype`` asked for), never on the
-positions' values. So a validated eager call's *signature* is kept with what validation found
-(the :class:`~peregistry.encoders.context.Ctx` and the output dtype); a later call with the same
+positions' values; the framework's default and widest float dtypes (global state: torch's
+``set_default_dtype``, JAX's x64 flag) are part of the signature too. So a validated eager
+call's *signature* is kept with what validation found (the
+:class:`~peregistry.encoders.context.Ctx` and the output dtype); a later call with the same
 signature goes straight to the hook, and any other call (a new shape, a Python list, a bad
 argument) takes the full path, which raises the same errors as ever; so does every call of a
-subclass that overrides a validation method (a plugin checking positions' values, say). Nothing
-is kept from, or read inside, a trace (``torch.compile``, ``jax.jit``, torch.func transforms): those take the full
-path. At most :data:`KEPT` signatures per encoder, newest first, replaced as one tuple (no lock).
+subclass that overrides a validation method (a plugin checking positions' values, say).
+Nothing is kept from, or read inside, a trace (``torch.compile``, ``jax.jit``, torch.func
+transforms): those take the full path. At most :data:`KEPT` signatures per encoder, newest
+first, replaced as one tuple (no lock).
 """
 
 from __future__ import annotations
@@ -118,5 +121,10 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
             if services.backend_of(v) is not backend or backend.is_tracing(v):
                 return None
             described += (key, type(v), v.dtype, tuple(v.shape), backend.device(v))
-    return (type(q), q.dtype, tuple(q.shape), backend.device(q), type(k), k.dtype,
-            tuple(k.shape), backend.device(k), params is None, described, dtype)
+    device = backend.device(q)
+    # What the framework's global state decides: the wide dtype (JAX's x64 flag) and, for
+    # dtype=None without params, the default float dtype (torch.set_default_dtype).
+    default = backend.default_float_dtype(device) if dtype is None and params is None else None
+    return (type(q), q.dtype, tuple(q.shape), device, type(k), k.dtype, tuple(k.shape),
+            backend.device(k), params is None, described, dtype,
+            backend.wide_float_dtype(device), default)
