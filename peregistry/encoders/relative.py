@@ -161,7 +161,7 @@ class T5Bias(LearnedParams, RememberedBias):
         idt = index_dtype(ctx)
         m = int(self._values["max_distance"])
         idx = self._lut_index(_distance(q, k, idt, xp=xp), ctx=ctx)  # (*batch, Q, K)
-        lut = _eager_constant(self, "lut", self._cache["lut"], idt, ctx=ctx, like=idx)
+        lut = _eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
             out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
@@ -177,13 +177,13 @@ def _eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ct
                     like: Any, shape: tuple[int, ...] | None = None) -> Any:
     """The host constant ``values`` (a tuple of numbers) as an array of ``dtype`` on the inputs'
     device, reshaped to ``shape`` if given: made once per backend, device and dtype in eager mode
-    (a list turned into an array costs more than the rest of a small call), never cached from
-    inside a trace (``like``, an input of the call, says) nor as a torch inference tensor
-    (autograd may save it); at most 8 kept per constant."""
+    and kept in ``enc._cache[name]`` (a list turned into an array costs more than the rest of a
+    small call), never cached from inside a trace (``like``, an input of the call, says) nor as
+    a torch inference tensor (autograd may save it); at most 8 kept per constant."""
     if ctx.backend.is_tracing(like):
         out = ctx.constant(list(values), dtype)
         return out if shape is None else ctx.xp.reshape(out, shape)
-    arrays: dict[Any, Any] = enc._cache.setdefault(f"{name}_arrays", {})
+    arrays: dict[Any, Any] = enc._cache.setdefault(name, {})
     key = (ctx.backend.name, ctx.device, dtype)
     try:
         return arrays[key]
@@ -260,7 +260,7 @@ class ALiBi(RememberedBias):
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
         neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
-        m = _eager_constant(self, "slopes", self.slopes, cdt, ctx=ctx, like=neg,
+        m = _eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
 
@@ -335,14 +335,14 @@ class TransformerXL(RememberedEmbedding):
             idt = index_dtype(ctx)  # q - k, exact in integers
             q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
             if f64 and _size(q) * _size(k) < _BY_DISTANCE_MIN_PAIRS:  # (..., Q, K, 1) at once
-                return self._sin_cos(q[..., :, None, None] - k[..., None, :, None], ctx=ctx)
+                return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)
             rel = q[..., :, None] - k[..., None, :]
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
         elif f64:
-            return self._sin_cos(_as(q, ctx.wide, xp=xp)[..., :, None, None]
-                                 - _as(k, ctx.wide, xp=xp)[..., None, :, None], ctx=ctx)
+            return self._sin_cos(_pair_difference(_as(q, ctx.wide, xp=xp),
+                                                  _as(k, ctx.wide, xp=xp), xp=xp), ctx=ctx)
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
@@ -356,7 +356,7 @@ class TransformerXL(RememberedEmbedding):
         float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
         per backend, device and dtype."""
         xp = ctx.xp
-        omega = _eager_constant(self, "omega", self.frequencies.omega, ctx.wide, ctx=ctx,
+        omega = _eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
                                 like=rel)
         theta = _as(rel, ctx.wide, xp=xp) * omega
         return xp.concat((xp.sin(theta), xp.cos(theta)), axis=-1)
@@ -394,6 +394,13 @@ def _distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
     """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
     the dtype looked up once per call."""
     return _as(k, idt, xp=xp)[..., None, :] - _as(q, idt, xp=xp)[..., :, None]
+
+
+def _pair_difference(q: Any, k: Any, *, xp: Any) -> Any:
+    """``q - k`` as ``(*batch, Q, K, 1)`` (the axes added by reshaping: one torch call each,
+    where indexing with ``None`` costs two)."""
+    return (xp.reshape(q, (*q.shape, 1, 1))
+            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], 1)))
 
 
 def _size(a: Any) -> int:

@@ -120,11 +120,12 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
         for key, v in params.items():
             if services.backend_of(v) is not backend or backend.is_tracing(v):
                 return None
-            described += (key, type(v), v.dtype, tuple(v.shape), backend.device(v))
+            described += (key, type(v), v.dtype, v.shape, backend.device(v))
     device = backend.device(q)
     # What the framework's global state decides: the wide dtype (JAX's x64 flag) and, for
     # dtype=None without params, the default float dtype (torch.set_default_dtype).
     default = backend.default_float_dtype(device) if dtype is None and params is None else None
-    return (type(q), q.dtype, tuple(q.shape), device, type(k), k.dtype, tuple(k.shape),
+    # shapes as the arrays give them: tuples, or torch.Size (a tuple, equal to its tuple)
+    return (type(q), q.dtype, q.shape, device, type(k), k.dtype, k.shape,
             backend.device(k), params is None, described, dtype,
             backend.wide_float_dtype(device), default)
