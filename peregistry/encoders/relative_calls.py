@@ -110,9 +110,10 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     take the full path every time (Python sequences, arrays of two frameworks, a trace)."""
     services = enc._services
     backend = services.backend_of(q)
-    if (backend is None or services.backend_of(k) is not backend or backend.is_tracing(q)
-            or backend.is_tracing(k)):
+    if backend is None or backend.is_tracing(q):
         return None
+    if k is not q and (services.backend_of(k) is not backend or backend.is_tracing(k)):
+        return None  # (q and k are often one array: a self-attention's bias)
     described: tuple[Any, ...] = ()
     if params is not None:
         if type(params) is not dict:
