@@ -263,3 +263,24 @@ def test_a_new_default_dtype_is_seen_after_a_remembered_call() -> None:
     finally:
         torch.set_default_dtype(before)
     assert enc.bias(pos, pos).dtype == before
+
+
+def test_torch_parameters_are_read_eagerly_and_fake_ones_are_not() -> None:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from peregistry.registry import default_registry
+
+    b = default_registry.backend("torch")
+    assert not b.is_tracing(torch.nn.Parameter(torch.randn(3)))
+    fake = torch.nn.Parameter(FakeTensorMode().from_tensor(torch.randn(3)))
+    assert b.is_tracing(fake)
+    # and a model's bias from Parameter params equals the one from plain tensors
+    enc: Any = per.get_encoder("t5", num_heads=2)
+    params = enc.init(torch)
+    pos = torch.arange(5)
+    got = enc.bias(pos, pos, params={"table": torch.nn.Parameter(params["table"].clone())})
+    torch.testing.assert_close(got.detach(), enc.bias(pos, pos, params=params), rtol=0, atol=0)
+    assert got.requires_grad

@@ -193,7 +193,10 @@ def is_placeholder(t: Any) -> bool:
     functorch's vmap/grad transforms."""
     import torch
 
-    if type(t) is torch.Tensor:
+    # An exact nn.Parameter holds real storage (a fake tensor made a Parameter stays a
+    # FakeTensor), so only the wrappers of torch.func or a compile can hide behind it; asked
+    # of a model's params on every call, where is_fake costs a microsecond.
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
         return is_wrapped(t)
     if not isinstance(t, torch.Tensor):
         return False
