@@ -127,6 +127,6 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     # dtype=None without params, the default float dtype (torch.set_default_dtype).
     default = backend.default_float_dtype(device) if dtype is None and params is None else None
     # shapes as the arrays give them: tuples, or torch.Size (a tuple, equal to its tuple)
-    return (type(q), q.dtype, q.shape, device, type(k), k.dtype, k.shape,
+    return (backend, type(q), q.dtype, q.shape, device, type(k), k.dtype, k.shape,
             backend.device(k), params is None, described, dtype,
             backend.wide_float_dtype(device), default)
