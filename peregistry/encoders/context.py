@@ -92,7 +92,7 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
     up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
     if given, are the arguments' names (one per array), for the error messages."""
     registry = current_services() if services is None else services
-    backend, device = None, None
+    backend, device, lead = None, None, None
     for a in arrays:  # the usual call: arrays of one backend (and Nones), in one pass
         if a is None:
             continue
@@ -100,11 +100,10 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
         if b is None or (backend is not None and b is not backend):
             break
         if backend is None:
-            backend, device = b, b.device(a)
+            backend, device, lead = b, b.device(a), a
     else:
         if backend is not None:
-            return (Ctx(xp=backend.namespace(), backend=backend, device=device,
-                        wide=backend.wide_float_dtype(device)), list(arrays))
+            return _context_of(backend, device, lead), list(arrays)
     labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
     first: str | None = None
@@ -140,6 +139,29 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
             device = backend.device(a)
         out.append(a)
     return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
+
+
+#: ``(backend, device, wide dtype)`` -> its :class:`Ctx` (immutable, so shared by every call:
+#: building the frozen dataclass costs more than a lookup). Not read or filled while tracing
+#: (a dict read by Dynamo would be guarded on); at most 64 entries.
+_CONTEXTS: dict[tuple[Any, Any, Any], Ctx] = {}
+
+
+def _context_of(backend: Backend, device: Any, array: Any) -> Ctx:
+    """The :class:`Ctx` of ``array`` (of ``backend``, on ``device``)."""
+    wide = backend.wide_float_dtype(device)
+    if backend.is_tracing(array):
+        return Ctx(xp=backend.namespace(), backend=backend, device=device, wide=wide)
+    key = (backend, device, wide)
+    try:
+        return _CONTEXTS[key]
+    except (KeyError, TypeError):  # new, or an unhashable device
+        pass
+    ctx = Ctx(xp=backend.namespace(), backend=backend, device=device, wide=wide)
+    if len(_CONTEXTS) < 64:
+        with contextlib.suppress(TypeError):
+            _CONTEXTS[key] = ctx
+    return ctx
 
 
 def _from_python(owner: str, a: Any, backend: Backend, *, what: str) -> Any:

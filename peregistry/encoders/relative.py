@@ -34,10 +34,12 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
+from ..rope import _delegation
 from ._angles import Frequencies, cos_sin
-from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
+from .base import Ctx, Encoder
 from .learned_params import LearnedParams
-from .pairs import compute_dtype, distance, gather, index_dtype
+from .pairs import compute_dtype, gather, index_dtype
+from .relative_calls import RememberedBias, RememberedEmbedding
 from .sinusoidal import sinusoidal_frequencies
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
@@ -81,7 +83,7 @@ def t5_bucket(relative_position: int, *, bidirectional: bool = True, num_buckets
     return ret + min(max_exact + int(v), nb - 1)
 
 
-class T5Bias(LearnedParams, BiasEncoder):
+class T5Bias(LearnedParams, RememberedBias):
     """T5 relative attention bias: a learned scalar per head for each bucket of ``k - q``.
 
     ``bias[..., h, i, j] = table[bucket(k_j - q_i), h]`` with the buckets of
@@ -152,44 +154,49 @@ class T5Bias(LearnedParams, BiasEncoder):
 
     def _lut_index(self, d: Any, *, ctx: Ctx) -> Any:
         m = int(self._values["max_distance"])
-        xp = ctx.xp
-        idt = index_dtype(ctx)
-        d = d if d.dtype == idt else xp.astype(d, idt)
-        return _clip(d, m, xp=xp) + m
-
-    def _lut_array(self, idx: Any, *, ctx: Ctx) -> Any:
-        """The bucket of each clipped distance as an index array on the inputs' device: made
-        once per backend, device and dtype in eager mode (a list of 2M+1 ints turned into an
-        array costs more than the rest of a small call), never cached from inside a trace nor
-        as a torch inference tensor (autograd saves the index)."""
-        dt = index_dtype(ctx)
-        if ctx.backend.is_tracing(idx):
-            return ctx.constant(list(self._cache["lut"]), dt)
-        arrays: dict[Any, Any] = self._cache.setdefault("lut_arrays", {})
-        key = (ctx.backend.name, ctx.device, dt)
-        try:
-            return arrays[key]
-        except (KeyError, TypeError):  # new, or an unhashable device
-            pass
-        lut = ctx.constant(list(self._cache["lut"]), dt)
-        from ..rope import _delegation
-
-        if _delegation.cacheable(lut, ctx=ctx):
-            with contextlib.suppress(TypeError):
-                arrays[key] = lut
-        return lut
+        return _clip(_as(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
-        idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
-        lut = self._lut_array(idx, ctx=ctx)
-        # (num_heads, 2M+1): the bias of each clipped distance; differentiable in the table.
-        per_distance = xp.take(xp.permute_dims(params["table"], (1, 0)), lut, axis=1)
-        out = gather(per_distance, idx, axis=1, ctx=ctx)  # (H, *batch, Q, K)
-        nb = len(idx.shape) - 2
+        idt = index_dtype(ctx)
+        m = int(self._values["max_distance"])
+        idx = self._lut_index(_distance(q, k, idt, xp=xp), ctx=ctx)  # (*batch, Q, K)
+        lut = _eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
+        table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
+        if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
+            out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
+        else:  # the bias of each clipped distance (H, 2M+1), then one gather per pair
+            out = gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
+        nb = len(idx.shape) - 2  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
+
+
+def _eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ctx,
+                    like: Any, shape: tuple[int, ...] | None = None) -> Any:
+    """The host constant ``values`` (a tuple of numbers) as an array of ``dtype`` on the inputs'
+    device, reshaped to ``shape`` if given: made once per backend, device and dtype in eager mode
+    and kept in ``enc._cache[name]`` (a list turned into an array costs more than the rest of a
+    small call), never cached from inside a trace (``like``, an input of the call, says) nor as
+    a torch inference tensor (autograd may save it); at most 8 kept per constant."""
+    if ctx.backend.is_tracing(like):
+        out = ctx.constant(list(values), dtype)
+        return out if shape is None else ctx.xp.reshape(out, shape)
+    arrays: dict[Any, Any] = enc._cache.setdefault(name, {})
+    key = (ctx.backend.name, ctx.device, dtype)
+    try:
+        return arrays[key]
+    except (KeyError, TypeError):  # new, or an unhashable device
+        pass
+    with _delegation.cache_scope(ctx.xp):
+        out = ctx.constant(list(values), dtype)
+        if shape is not None:
+            out = ctx.xp.reshape(out, shape)
+    if len(arrays) < 8 and _delegation.cacheable(out, ctx=ctx):
+        with contextlib.suppress(TypeError):
+            arrays[key] = out
+    return out
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------
@@ -212,7 +219,7 @@ def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
     return power_of_2(p) + alibi_slopes(2 * p, max_bias)[0::2][: num_heads - p]
 
 
-class ALiBi(BiasEncoder):
+class ALiBi(RememberedBias):
     """ALiBi linear biases: ``bias[..., h, i, j] = -m_h · |q_i - k_j|`` (Press et al. 2022).
 
     The symmetric form (``|q - k|``) serves encoders and, under a causal mask, equals the paper's
@@ -252,13 +259,14 @@ class ALiBi(BiasEncoder):
         xp = ctx.xp
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
-        neg = 0.0 - xp.abs(xp.astype(distance(q, k, ctx=ctx), cdt))
-        m = xp.reshape(ctx.constant(list(self.slopes), cdt), (-1, 1, 1))
+        neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
+        m = _eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
+                            shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
 
 
 # -- Shaw ----------------------------------------------------------------------------------------
-class Shaw(LearnedParams, RelativeEmbedding):
+class Shaw(LearnedParams, RememberedEmbedding):
     """Shaw et al. 2018 relative position representations (eq. 3–4): one learned vector per
     clipped distance, ``embed[..., i, j, :] = table[clip(k_j - q_i, -M, M) + M]``."""
 
@@ -278,15 +286,15 @@ class Shaw(LearnedParams, RelativeEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         m = int(self._values["max_distance"])
-        idx = _clip(distance(q, k, ctx=ctx), m, xp=ctx.xp) + m
+        idx = _clip(_distance(q, k, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 
 def _clip(d: Any, m: int, *, xp: Any) -> Any:
-    """``clip(d, -m, m)`` of an integer array as two elementwise comparisons: the same values,
-    without array-api-compat's general ``clip`` (broadcasting and dtype checks that cost more
-    than the arithmetic on small inputs)."""
-    return xp.where(d > m, m, xp.where(d < -m, -m, d))
+    """``clip(d, -m, m)`` of an integer array: two ``where``s, or one kernel of the framework
+    (the same integers; array-api-compat's general ``clip`` costs more than the arithmetic of a
+    small call)."""
+    return _delegation.clip_int(d, -m, m, xp=xp)
 
 
 # -- Transformer-XL ------------------------------------------------------------------------------
@@ -294,7 +302,7 @@ def _clip(d: Any, m: int, *, xp: Any) -> Any:
 _BY_DISTANCE_MIN_PAIRS = 1024
 
 
-class TransformerXL(RelativeEmbedding):
+class TransformerXL(RememberedEmbedding):
     """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3):
     ``R[..., i, j, :] = [sin((q_i - k_j)·ω), cos((q_i - k_j)·ω)]``, ``ω_m = base^(-2m/dim)``
     (sines then cosines, as ``PositionalEmbedding`` of the reference code)."""
@@ -322,17 +330,36 @@ class TransformerXL(RelativeEmbedding):
                                                       float(self._values["base"]))
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp = ctx.xp
+        xp, f64 = ctx.xp, ctx.has_float64
         if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
-            rel = -distance(q, k, ctx=ctx)  # q - k, exact in integers
+            idt = index_dtype(ctx)  # q - k, exact in integers
+            q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
+            if f64 and _size(q) * _size(k) < _BY_DISTANCE_MIN_PAIRS:  # (..., Q, K, 1) at once
+                return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)
+            rel = q[..., :, None] - k[..., None, :]
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
+        elif f64:
+            return self._sin_cos(_pair_difference(_as(q, ctx.wide, xp=xp),
+                                                  _as(k, ctx.wide, xp=xp), xp=xp), ctx=ctx)
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
+        if f64:
+            return self._sin_cos(rel[..., None], ctx=ctx)
         cos, sin = cos_sin(rel, self.frequencies, ctx=ctx)
         return xp.concat((sin, cos), axis=-1)
+
+    def _sin_cos(self, rel: Any, *, ctx: Ctx) -> Any:
+        """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
+        float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
+        per backend, device and dtype."""
+        xp = ctx.xp
+        omega = _eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
+                                like=rel)
+        theta = _as(rel, ctx.wide, xp=xp) * omega
+        return xp.concat((xp.sin(theta), xp.cos(theta)), axis=-1)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in
@@ -359,6 +386,23 @@ class TransformerXL(RelativeEmbedding):
         return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
 
 
+def _as(a: Any, dtype: Any, *, xp: Any) -> Any:
+    return a if a.dtype == dtype else xp.astype(a, dtype)
+
+
+def _distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
+    """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
+    the dtype looked up once per call."""
+    return _as(k, idt, xp=xp)[..., None, :] - _as(q, idt, xp=xp)[..., :, None]
+
+
+def _pair_difference(q: Any, k: Any, *, xp: Any) -> Any:
+    """``q - k`` as ``(*batch, Q, K, 1)`` (the axes added by reshaping: one torch call each,
+    where indexing with ``None`` costs two)."""
+    return (xp.reshape(q, (*q.shape, 1, 1))
+            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], 1)))
+
+
 def _size(a: Any) -> int:
     n = 1
     for d in a.shape:
@@ -371,8 +415,6 @@ def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     tracer's, or on a device where reading values would synchronize it."""
     if ctx.backend.is_tracing(a) or _size(a) == 0:
         return None
-    from ..rope import _delegation
-
     if not _delegation.reads_cheaply(a, xp=ctx.xp):
         return None
     return _delegation.int_bounds(a, ctx=ctx)

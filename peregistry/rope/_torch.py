@@ -15,6 +15,7 @@ cheap host reads) and the fusion boundary used under ``torch.compile``.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -112,6 +113,14 @@ def values_token(x: Any) -> int | None:
         return int(x._version)
     except RuntimeError:
         return None
+
+
+def clamp_int(d: Any, low: int, high: int) -> Any:
+    """``torch.clamp`` of an integer tensor by Python ints: one kernel (traceable, and fine
+    under torch.func transforms)."""
+    import torch
+
+    return torch.clamp(d, low, high)
 
 
 def int_bounds(x: Any) -> tuple[int, int] | None:
@@ -307,15 +316,46 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     kernel = load_kernel()
     if kernel is None:
         return None
-    xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
     tensor = torch.Tensor
+    if (not ((type(x) is tensor and type(cos) is tensor and type(sin) is tensor)
+             if plain else (_plain(x) and _plain(cos) and _plain(sin)))
+            or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
+            or x.is_neg() or cos.is_neg() or sin.is_neg()):
+        return None
+    # What else decides depends only on the three layouts: planned once per signature.
+    key = (x.shape, x.stride(), x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape,
+           sin.stride(), sin.dtype, rotary_dim)
+    plan = _PLANS.get(key, _UNPLANNED)
+    if plan is _UNPLANNED:
+        plan = _plan(x, cos, sin, rotary_dim)
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    if plan is None:
+        return None
+    xcode, wcode, lead, cstr, sstr = plan
+    threads = torch.get_num_threads()
+    gomp = torch_gomp() if threads > 1 else 0
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
+                  x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
+    return out
+
+
+#: ``(shape, strides, dtype of x, cos, sin; rotary_dim)`` -> what :func:`_plan` found (at most
+#: 64, then forgotten all at once): eager calls only.
+_PLANS: dict[tuple[Any, ...], Any] = {}
+_UNPLANNED = object()
+
+
+def _plan(x: Any, cos: Any, sin: Any,
+          rotary_dim: int) -> tuple[int, int, tuple[int, ...], Any, Any] | None:
+    """The kernel's dtype codes, ``x``'s leading shape and the tables' broadcast strides, or None
+    if the kernel does not take these layouts and dtypes."""
+    xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
     if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
             or (xcode == 1 and wcode == 0)  # float64 x rotates in float64 (type promotion)
-            or not ((type(x) is tensor and type(cos) is tensor and type(sin) is tensor)
-                    if plain else (_plain(x) and _plain(cos) and _plain(sin)))
-            or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
-            or not x.is_contiguous() or x.is_neg() or cos.is_neg() or sin.is_neg()
-            or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
+            or not x.is_contiguous() or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
             or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):
         return None
     lead = tuple(x.shape[:-1])
@@ -323,12 +363,7 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     sstr = broadcast_strides(tuple(sin.shape), sin.stride(), lead)
     if cstr is None or sstr is None:
         return None
-    threads = torch.get_num_threads()
-    gomp = torch_gomp() if threads > 1 else 0
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
-                  x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
-    return out
+    return xcode, wcode, lead, cstr, sstr
 
 
 def _plain(t: Any) -> bool:
@@ -342,8 +377,6 @@ def _plain(t: Any) -> bool:
 def _forward_ad_active() -> bool:
     """Inside ``torch.autograd.forward_ad.dual_level()``: dual tensors need the plain
     expression (the ``out=`` ops and the kernel would drop their tangents)."""
-    import sys
-
     fwad = sys.modules.get("torch.autograd.forward_ad")
     return fwad is not None and getattr(fwad, "_current_level", -1) >= 0
 
