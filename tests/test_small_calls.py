@@ -209,3 +209,36 @@ def test_a_remembered_call_rotates_the_same_features(backend: Any, features: str
     kept = slice(0, 8) if features == "last" else slice(8, 16)
     np.testing.assert_array_equal(outs[0][..., kept], backend.to_numpy(x)[..., kept])
     assert np.abs(outs[0] - backend.to_numpy(x)).max() > 0.1
+
+
+@pytest.mark.parametrize("name", ["rotary", "mrope"])
+def test_k_after_q_with_fewer_heads_reuses_the_tables(backend: Any, name: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """k after q at the same positions (grouped-query attention: fewer heads) skips the
+    validation and lookup as a repeated call does, with a fresh encoder's bits; where the
+    tables would not broadcast into the new x, the call is validated and fails as always."""
+    opts: dict[str, Any] = {"dim": 16} if name == "rotary" else {"dim": 16, "sections": (2, 3, 3)}
+    enc: Any = per.get_encoder(name, **opts)
+    rng = np.random.default_rng(2)
+    q = backend.from_numpy(rng.standard_normal((2, 4, 5, 16)).astype(np.float32))
+    k = backend.from_numpy(rng.standard_normal((2, 2, 5, 16)).astype(np.float32))
+    ids = rng.integers(0, 900, (2, 1, 5))
+    pos = backend.from_numpy(ids if name == "rotary" else np.stack([ids, ids + 1, ids + 2]))
+    enc.rotate(q, pos)
+    validated: list[Any] = []
+    real = type(enc)._rotate_call
+    monkeypatch.setattr(type(enc), "_rotate_call",
+                        lambda self, *a: (self is enc and validated.append(a)) or real(self, *a))
+    got = enc.rotate(k, pos)
+    # served by the remembered call of q where positions carry a values token (torch's
+    # version counter, JAX's immutability); NumPy arrays may be written unseen: validated
+    remembers = backend.name in ("torch", "jax")
+    assert len(validated) == (0 if remembers else 1)
+    want = per.get_encoder(name, **opts).rotate(k, pos)
+    np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want))
+    wide_pos = backend.from_numpy(rng.integers(0, 900, (2, 4, 5)) if name == "rotary"
+                                  else rng.integers(0, 900, (3, 2, 4, 5)))
+    enc.rotate(q, wide_pos)  # tables (2, 4, 5, half): no broadcast into k's (2, 2, 5)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        enc.rotate(k, wide_pos)
+    assert len(validated) == (2 if remembers else 3)

@@ -409,6 +409,18 @@ def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int 
     cache.last_calls = (entry, *cache.last_calls[:CALLS_KEPT - 1])
 
 
+def _same_rotation_shape(shape: tuple[int, ...], seen: tuple[int, ...],
+                         table: tuple[int, ...]) -> bool:
+    """Whether ``x`` of ``shape`` rotates by the tables a call with ``x`` of shape ``seen``
+    validated and computed: the same shape, or (k after q with other head counts) the same
+    rank, sequence length and head dimension, which is all the validation and the tables read
+    of ``x``, with the tables broadcasting into it as they did into the other."""
+    if shape == seen:
+        return True
+    return (len(shape) == len(seen) >= 2 and shape[-2:] == seen[-2:]
+            and broadcasts_into(tuple(table[:-1]), shape[:-1]))
+
+
 def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
                      seq_len: int | None) -> tuple[Tables, Any, Any] | None:
     """``(tables, cdt, xp)`` of the previous eager ``rotate`` call if this one is the same but
@@ -423,8 +435,9 @@ def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
         return None
     shape, generation = tuple(x.shape), SHARED.generation
     for xtype, dtype, xshape, device, pos, token, off, sl, gen, tables, cdt, xp in kept:
-        if (type(x) is not xtype or x.dtype != dtype or shape != xshape or sl != seq_len
-                or gen != generation or offset != off or positions is not pos):
+        if (type(x) is not xtype or x.dtype != dtype or sl != seq_len
+                or gen != generation or offset != off or positions is not pos
+                or not _same_rotation_shape(shape, xshape, tables[0].shape)):
             continue
         if pos is not None and _delegation.values_token(pos, xp=xp) != token:
             return None
