@@ -3,10 +3,10 @@
 Each repetition starts two fresh interpreters, interleaved (so drift of the machine affects both
 alike):
 
-* ``python -c "import peregistry; peregistry.get_encoder('sinusoidal', dim=64)"``
+* ``python -c "import peregistry; peregistry.get_encoder('rotary', dim=64)"``
 * ``python -c "import numpy"``
 
-and the script prints the median wall time of each, their ratio, and the goal (ratio < 1.5).
+and the script prints the median wall time of each, their ratio, and the goal of issue 17 (ratio <= 1.3).
 With ``--assert-goal`` it exits 1 when the ratio misses the goal. Run it with the interpreter of
 the environment to measure::
 
@@ -25,8 +25,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-GOAL = 1.5
-PEREGISTRY_SNIPPET = "import peregistry; peregistry.get_encoder('sinusoidal', dim=64)"
+GOAL = 1.3
+PEREGISTRY_SNIPPET = "import peregistry; peregistry.get_encoder('rotary', dim=64)"
 NUMPY_SNIPPET = "import numpy"
 
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter to measure (default: this one)")
     parser.add_argument("--assert-goal", action="store_true",
-                        help=f"exit 1 if the ratio is not below {GOAL}")
+                        help=f"exit 1 if the ratio is above {GOAL}")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -78,13 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     med_ours = statistics.median(ours)
     med_numpy = statistics.median(numpy)
     ratio = med_ours / med_numpy
-    met = ratio < GOAL
+    met = ratio <= GOAL
     print(f"python: {args.python}  ({args.repeat} interleaved runs each, {args.warmup} warm-up)")
     print(f"  {PEREGISTRY_SNIPPET:<66} median {med_ours * 1e3:7.1f} ms  "
           f"(min {min(ours) * 1e3:.1f}, max {max(ours) * 1e3:.1f})")
     print(f"  {NUMPY_SNIPPET:<66} median {med_numpy * 1e3:7.1f} ms  "
           f"(min {min(numpy) * 1e3:.1f}, max {max(numpy) * 1e3:.1f})")
-    print(f"ratio: {ratio:.2f}x  (goal < {GOAL}x: {'met' if met else 'MISSED'})")
+    print(f"ratio: {ratio:.2f}x  (goal <= {GOAL}x: {'met' if met else 'MISSED'})")
     if args.assert_goal and not met:
         return 1
     return 0

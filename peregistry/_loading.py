@@ -71,12 +71,11 @@ def _raised(what: str, exc: BaseException) -> str:
 def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
     """Import and register every plugin of the entry point group; record each in ``plugins``
     (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch)."""
-    from importlib.metadata import entry_points
+    from ._entry_points import entry_points
 
     seen: set[tuple[str, str]] = set()
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist = ep.dist.name if ep.dist is not None else None
-        version = ep.dist.version if ep.dist is not None else None
+    for ep in entry_points(ENTRY_POINT_GROUP):
+        dist, version = ep.dist_name, ep.dist_version
         norm = normalize_dist(dist) if dist else ""
         if (norm, ep.name) in seen:  # one distribution visible twice on sys.path
             continue
