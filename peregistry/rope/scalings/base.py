@@ -5,7 +5,6 @@ validated parameters, with errors that name the type, the key, the value and wha
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -158,6 +157,8 @@ def _unknown_words(unknown: list[str], options: Mapping[str, Option]) -> str:
         if k in _MOVED_KEYS:
             text += f" ({_MOVED_KEYS[k]})"
         else:
+            import difflib  # error messages only (~0.7 ms to import)
+
             close = difflib.get_close_matches(k, list(options), n=1, cutoff=0.6)
             if close:
                 text += f" (did you mean {close[0]!r}?)"
@@ -260,6 +261,8 @@ def resolve_scaling(owner: str, scaling: Mapping[str, Any] | None, *, rotary_dim
         raise TypeError(f"{owner}: scaling 'type' must be a string (one of: {names}), got "
                         f"{kind!r}")
     if kind not in known:
+        import difflib
+
         close = difflib.get_close_matches(kind, list(known), n=1, cutoff=0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"{owner}: unknown scaling type {kind!r}.{hint} Known types: {names} "
