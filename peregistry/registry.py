@@ -27,8 +27,8 @@ Environment switches (read at load time):
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -73,7 +73,8 @@ class Registry:
 
     def __init__(self, *, entry_points: bool = True) -> None:
         self._use_entry_points = entry_points
-        self._lock = threading.RLock()
+        # _thread's RLock is threading.RLock (importing threading costs ~1 ms at startup)
+        self._lock = _thread.RLock()
         self._pm: pluggy.PluginManager | None = None
         self._plugins: dict[str, PluginInfo] = {}
         self._snapshot: Snapshot | None = None

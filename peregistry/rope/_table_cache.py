@@ -17,9 +17,9 @@ Which shortcut a class may take is decided once per class (:class:`TableUse`): a
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -109,7 +109,7 @@ class SharedTables:
     beyond a total byte budget. Thread-safe: one lock around each lookup and insertion."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
         self._entries: OrderedDict[Any, tuple[Tables, int]] = OrderedDict()
         self._bytes = 0
         self._budget: int | None = None  # read from the environment on first use
