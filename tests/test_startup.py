@@ -7,6 +7,7 @@ machine is shared."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -14,9 +15,10 @@ from typing import Any
 
 import pluggy
 import pytest
+from conftest import BACKENDS
 
 import peregistry as per
-from peregistry import _hooks
+from peregistry import _hooks, _lazy
 from peregistry._entry_points import entry_points
 from peregistry._loading import PluginManager
 
@@ -27,10 +29,10 @@ FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
 NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib")
 
 
-def fresh(code: str) -> Any:
+def fresh(code: str, env: dict[str, str] | None = None) -> Any:
     """Run ``code`` in a new interpreter; it prints one JSON value, which is returned."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False, timeout=300)
+                         check=False, timeout=600, env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -69,6 +71,100 @@ def test_rotary_rotate_on_numpy_in_a_fresh_interpreter() -> None:
     dtype, shape, diff = err
     assert dtype == "float64" and shape == [2, 5, 64]
     assert diff <= 64 * 2.0**-52 * 8  # a few ulps of angles up to 7 rad, float64
+
+
+#: What only a rotary *call* needs (peregistry/_lazy.py): the framework dispatch, the torch fast
+#: paths, the C kernel's loader, the application of tables.
+CALL_ONLY = ("peregistry.rope._delegation", "peregistry.rope._apply", "peregistry.rope._torch",
+             "peregistry.rope._kernel", "peregistry.rope._jax")
+#: Third-party plugins off: one importing peregistry.plugin (RotaryTables) loads all of it.
+NO_THIRD_PARTY = {"PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def test_the_call_machinery_is_imported_by_the_first_call() -> None:
+    got = fresh(
+        "import sys, json, numpy as np, peregistry\n"
+        "import peregistry.rope.encoder as m, peregistry.rope._table_cache as t\n"
+        "enc = peregistry.get_encoder('rotary', dim=8)\n"
+        f"before = [k for k in {CALL_ONLY!r} if k in sys.modules]\n"
+        "y = enc.rotate(np.ones((3, 8)))\n"
+        "cos, sin = enc.cos_sin(np.arange(3))\n"
+        "tables = enc.tables(np.arange(3))\n"
+        "import peregistry.rope._apply as a, peregistry.rope._delegation as d\n"
+        "real = [m._delegation is d, t._delegation is d, m.rotate_features is a.rotate_features,\n"
+        "        m.RotaryTables is a.RotaryTables, type(tables) is a.RotaryTables]\n"
+        "print(json.dumps([before, real, y.shape]))\n", env=NO_THIRD_PARTY)
+    before, real, shape = got
+    assert before == []
+    assert real == [True] * 5  # the stand-ins replaced themselves
+    assert shape == [3, 8]
+
+
+def test_rope_lazy_names_are_the_real_ones() -> None:
+    import peregistry.rope as rope
+    from peregistry.rope import _apply, _kernel
+
+    assert rope.RotaryTables is _apply.RotaryTables and rope.apply_rotary is _apply.apply_rotary
+    assert rope.rotate_features is _apply.rotate_features
+    assert rope.kernel_status is _kernel.kernel_status and rope.kernel_isa is _kernel.kernel_isa
+    assert set(rope.__all__) <= set(dir(rope))
+    star: dict[str, Any] = {}
+    exec("from peregistry.rope import *", star)
+    assert set(rope.__all__) <= set(star)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rope.nope  # noqa: B018
+
+
+def test_stand_ins_replace_themselves_and_bind() -> None:
+    def load_colorsys() -> Any:
+        import colorsys
+
+        return colorsys
+
+    def load_hypot() -> Any:
+        from math import hypot
+
+        return hypot
+
+    ns: dict[str, Any] = {}
+    ns["mod"] = _lazy.FirstUse(load_colorsys, ns, "mod")
+    ns["hypot"] = _lazy.first_call(load_hypot, ns, "hypot")
+    assert "first use" in repr(ns["mod"])
+    assert ns["mod"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert ns["hypot"](3.0, 4.0) == 5.0
+    import colorsys
+    import math
+
+    assert ns["mod"] is colorsys and ns["hypot"] is math.hypot
+    ns2: dict[str, Any] = {"keep": 3, "f": len}
+    ns2["mod"] = _lazy.FirstUse(load_colorsys, ns2, "mod")
+    ns2["hypot"] = _lazy.first_call(load_hypot, ns2, "hypot")
+    _lazy.bind(ns2)
+    assert ns2 == {"keep": 3, "f": len, "mod": colorsys, "hypot": math.hypot}
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
+@pytest.mark.parametrize("torch_first", [True, False])
+def test_torch_compile_fullgraph_as_the_first_call(torch_first: bool) -> None:
+    # The first rotate of a process traced by TorchDynamo with fullgraph=True: built after
+    # `import torch`, the encoder binds the call machinery; built before, the stand-ins are
+    # traced through (and the first eager call binds them, costing one recompile at most).
+    pytest.importorskip("torch")
+    got = fresh(
+        "import json, sys\n"
+        + ("import torch\n" if torch_first else "")
+        + "import peregistry, peregistry.rope.encoder as m\n"
+        "enc = peregistry.get_encoder('rotary', dim=8)\n"
+        "import torch\n"
+        "bound = type(m._delegation).__name__\n"
+        "f = torch.compile(lambda x: enc.rotate(x, offset=2), fullgraph=True, backend='aot_eager')\n"
+        "x = torch.randn(1, 3, 8, dtype=torch.float64)\n"
+        "y = f(x)\n"
+        "ref = enc.rotate(x, offset=2)\n"
+        "y2 = f(x)\n"
+        "print(json.dumps([bound, type(m._delegation).__name__, bool(torch.equal(y, ref)),\n"
+        "                  bool(torch.equal(y2, ref))]))\n", env=NO_THIRD_PARTY)
+    assert got == ["module" if torch_first else "FirstUse", "module", True, True]
 
 
 def marked_module() -> types.ModuleType:

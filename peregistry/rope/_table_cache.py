@@ -24,11 +24,23 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _delegation
+from .. import _lazy
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
+    from . import _delegation
     from .encoder import RotaryEncoder
+else:  # imported by the first call that needs it (peregistry/_lazy.py)
+    def _load_delegation():
+        from . import _delegation
+        return _delegation
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+
+
+def bind_table_cache() -> None:
+    """Import what the first call would (see :func:`peregistry._lazy.bind`)."""
+    _lazy.bind(globals())
 
 Tables = tuple[Any, Any]
 

@@ -14,19 +14,20 @@ rotates any number of tensors (FLUX-style models build the tables once per forwa
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import _lazy
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
-from . import _delegation
-from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, full_width
 from ._table_cache import (
     OffsetKey,
     TableCache,
     TableUse,
+    bind_table_cache,
     broadcasts_into,
     cos_sin_rows,
     gather_rows,
@@ -34,6 +35,23 @@ from ._table_cache import (
     same_call_tables,
     table_rows,
 )
+
+if TYPE_CHECKING:
+    from . import _delegation
+    from ._apply import RotaryTables, rotate_features
+else:  # what only a call needs, imported by the first call (peregistry/_lazy.py)
+    def _load_delegation():
+        from . import _delegation
+        return _delegation
+
+    def _load_apply():
+        from . import _apply
+        return _apply
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    RotaryTables = _lazy.first_call(lambda: _load_apply().RotaryTables, globals(), "RotaryTables")
+    rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
+                                       "rotate_features")
 
 __all__ = ["RotaryEncoder"]
 
@@ -99,6 +117,9 @@ class RotaryEncoder(Encoder):
         cls._table_use = TableUse.of(cls, RotaryEncoder)
 
     def __init__(self, **options: Any) -> None:
+        if "torch" in sys.modules:  # no stand-in for torch.compile to meet (peregistry/_lazy.py)
+            _lazy.bind(globals())
+            bind_table_cache()
         # Before the options are validated: a subclass's _validate may already compute tables.
         object.__setattr__(self, "_table_cache", TableCache())
         super().__init__(**options)
