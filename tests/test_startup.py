@@ -23,10 +23,11 @@ from peregistry._entry_points import entry_points
 from peregistry._loading import PluginManager
 
 FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
-#: Standard-library modules that peregistry's startup used to import and no longer needs:
-#: importlib.metadata (and email, zipfile behind it) for the entry points; json (command-line
-#: option parsing) and difflib (close-match hints in errors) until used.
-NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib")
+#: Modules that peregistry's startup used to import and no longer needs: importlib.metadata (and
+#: email, zipfile behind it) for the entry points; json (command-line option parsing), difflib
+#: (close-match hints in errors) and the deprecated scaling ``Param`` until used.
+NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib",
+                  "peregistry.rope.scalings._param")  # the deprecated Param
 
 
 def fresh(code: str, env: dict[str, str] | None = None) -> Any:
@@ -113,6 +114,18 @@ def test_rope_lazy_names_are_the_real_ones() -> None:
     assert set(rope.__all__) <= set(star)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         rope.nope  # noqa: B018
+
+
+def test_deprecated_param_is_imported_on_first_use() -> None:
+    import peregistry.encoders.rope_scaling as rs
+    from peregistry.rope.scalings._param import Param
+
+    assert rs.Param is Param and "Param" in dir(rs) and "Param" in rs.__all__
+    star: dict[str, Any] = {}
+    exec("from peregistry.encoders.rope_scaling import *", star)
+    assert star["Param"] is Param
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rs.nope  # noqa: B018
 
 
 def test_stand_ins_replace_themselves_and_bind() -> None:

@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from ._params import Param, convert_parameter, named
+from ._params import convert_parameter, is_param, named
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ._param import Param
 
 __all__ = [
     "SEQ_LEN_DEPENDENCE",
@@ -142,7 +144,7 @@ def parameter_options(scaling: Any) -> dict[str, Option]:
     for key, decl in getattr(scaling, "parameters", {}).items():
         if isinstance(decl, Option):
             out[key] = named(decl, key)
-        elif isinstance(decl, Param):
+        elif is_param(decl):
             out[key] = decl.as_option(key)
         else:
             raise TypeError(f"scaling {scaling.name!r} declares parameter {key!r} as {decl!r}; "
