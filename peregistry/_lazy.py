@@ -64,12 +64,14 @@ def first_call(load: Callable[[], Callable[..., Any]], namespace: dict[str, Any]
     return stand_in
 
 
-def bind(namespace: dict[str, Any]) -> None:
-    """Replace every stand-in of ``namespace`` by its real object now (not while tracing)."""
+def bind(namespace: dict[str, Any]) -> bool:
+    """Replace every stand-in of ``namespace`` by its real object now; False (and nothing done)
+    while TorchDynamo traces."""
     if _dynamo_tracing():
-        return
+        return False
     for key, value in list(namespace.items()):
         if isinstance(value, FirstUse):
             namespace[key] = value._load()
         elif isinstance(value, types.FunctionType) and hasattr(value, "_first_call_load"):
             namespace[key] = value._first_call_load()
+    return True

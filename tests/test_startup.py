@@ -152,7 +152,7 @@ def test_stand_ins_replace_themselves_and_bind() -> None:
     ns2: dict[str, Any] = {"keep": 3, "f": len}
     ns2["mod"] = _lazy.FirstUse(load_colorsys, ns2, "mod")
     ns2["hypot"] = _lazy.first_call(load_hypot, ns2, "hypot")
-    _lazy.bind(ns2)
+    assert _lazy.bind(ns2) is True
     assert ns2 == {"keep": 3, "f": len, "mod": colorsys, "hypot": math.hypot}
 
 

@@ -38,9 +38,9 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
 
 
-def bind_table_cache() -> None:
+def bind_table_cache() -> bool:
     """Import what the first call would (see :func:`peregistry._lazy.bind`)."""
-    _lazy.bind(globals())
+    return _lazy.bind(globals())
 
 Tables = tuple[Any, Any]
 

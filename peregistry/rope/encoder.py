@@ -53,6 +53,16 @@ else:  # what only a call needs, imported by the first call (peregistry/_lazy.py
     rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
                                        "rotate_features")
 
+#: Whether the stand-ins above (and the table cache's) were bound ahead of the first call.
+_bound = False
+
+
+def _bind_for_torch() -> None:
+    """Bind the call machinery when an encoder is built in a process that has imported torch,
+    so that code compiled by ``torch.compile`` never meets a stand-in (peregistry/_lazy.py)."""
+    global _bound
+    _bound = _lazy.bind(globals()) and bind_table_cache()
+
 __all__ = ["RotaryEncoder"]
 
 
@@ -117,9 +127,8 @@ class RotaryEncoder(Encoder):
         cls._table_use = TableUse.of(cls, RotaryEncoder)
 
     def __init__(self, **options: Any) -> None:
-        if "torch" in sys.modules:  # no stand-in for torch.compile to meet (peregistry/_lazy.py)
-            _lazy.bind(globals())
-            bind_table_cache()
+        if not _bound and "torch" in sys.modules:
+            _bind_for_torch()
         # Before the options are validated: a subclass's _validate may already compute tables.
         object.__setattr__(self, "_table_cache", TableCache())
         super().__init__(**options)
