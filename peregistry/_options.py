@@ -17,7 +17,6 @@ every message names the encoder, the option, the value and what is allowed.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import operator
@@ -347,6 +346,8 @@ def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]
 
 
 def _parse_json_object(word: str) -> Any:
+    import json  # the command line only: ~1 ms at every start otherwise
+
     try:
         value = json.loads(word)
     except json.JSONDecodeError as exc:

@@ -27,16 +27,15 @@ Environment switches (read at load time):
 
 from __future__ import annotations
 
-import difflib
+import _thread
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 import peregistry._hooks as _hooks
 
-from ._loading import ENTRY_POINT_GROUP, collect, load_entry_points
+from ._loading import ENTRY_POINT_GROUP, PluginManager, collect, load_entry_points
 from ._loading import ENV_DISABLE_AUTOLOAD as ENV_DISABLE_AUTOLOAD
 from ._loading import ENV_DISABLED_PLUGINS as ENV_DISABLED_PLUGINS
 from ._loading import ENV_LOAD_PLUGINS as ENV_LOAD_PLUGINS
@@ -74,7 +73,8 @@ class Registry:
 
     def __init__(self, *, entry_points: bool = True) -> None:
         self._use_entry_points = entry_points
-        self._lock = threading.RLock()
+        # _thread's RLock is threading.RLock (importing threading costs ~1 ms at startup)
+        self._lock = _thread.RLock()
         self._pm: pluggy.PluginManager | None = None
         self._plugins: dict[str, PluginInfo] = {}
         self._snapshot: Snapshot | None = None
@@ -88,7 +88,7 @@ class Registry:
         if self._pm is None:
             with self._lock:
                 if self._pm is None:
-                    pm = pluggy.PluginManager(_hooks.PROJECT)
+                    pm = PluginManager(_hooks.PROJECT)
                     pm.add_hookspecs(_hooks)
                     if self._use_entry_points:
                         load_entry_points(pm, self._plugins)
@@ -174,6 +174,8 @@ class Registry:
             return cls(**options)
 
     def _not_found_message(self, name: str, snap: Snapshot) -> str:
+        import difflib  # only for this error: ~0.7 ms at startup otherwise
+
         known = sorted(snap.encoders)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         msg = f"no encoder named {name!r}."

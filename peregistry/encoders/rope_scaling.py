@@ -5,6 +5,8 @@ is deprecated (declare parameters with :class:`peregistry.Option`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .._options import REQUIRED
 from ..rope.scalings import (
     SEQ_LEN_DEPENDENCE,
@@ -22,7 +24,9 @@ from ..rope.scalings import (
     peregistry_rope_scalings,
     resolve_scaling,
 )
-from ..rope.scalings._params import Param
+
+if TYPE_CHECKING:
+    from ..rope.scalings._param import Param
 
 __all__ = [
     "REQUIRED",
@@ -42,3 +46,16 @@ __all__ = [
     "peregistry_rope_scalings",
     "resolve_scaling",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The deprecated Param, imported on first use (PEP 562; see peregistry/rope/scalings/_param.py).
+    if name == "Param":
+        from ..rope.scalings._param import Param
+
+        return Param
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "Param"})

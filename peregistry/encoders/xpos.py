@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from .._hooks import hookimpl
 from .._options import Option
 from .._services import use_services
-from ..rope import Frequencies, RotaryEncoder, RotaryTables, cos_sin, inv_freq
+from ..rope import Frequencies, RotaryEncoder, cos_sin, inv_freq
 from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
 
 if TYPE_CHECKING:
+    from ..rope import RotaryTables
     from .context import Ctx
 
 __all__ = ["XPos", "xpos_zeta"]

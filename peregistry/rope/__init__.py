@@ -27,8 +27,10 @@ Layers, each importing only the ones above it:
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from ._angles import Frequencies, angles, cos_sin
-from ._apply import RotaryTables, apply_rotary, rotate_features
 from ._funcs import (
     LAYOUTS,
     Layout,
@@ -41,10 +43,18 @@ from ._funcs import (
     rotate_half_layout,
     rotate_interleaved_layout,
 )
-from ._kernel import kernel_isa, kernel_status
 from ._table_cache import clear_caches, set_table_cache_bytes, table_cache_bytes
 from .encoder import RotaryEncoder
 from .scaled import MultiAxisRotary, ScaledRotary, ScalingState
+
+if TYPE_CHECKING:
+    from ._apply import RotaryTables, apply_rotary, rotate_features
+    from ._kernel import kernel_isa, kernel_status
+
+#: Imported on first use (PEP 562): applying tables and the C kernel's status need the framework
+#: dispatch, which building an encoder does not (peregistry/_lazy.py).
+_LAZY = {"RotaryTables": "._apply", "apply_rotary": "._apply", "rotate_features": "._apply",
+         "kernel_isa": "._kernel", "kernel_status": "._kernel"}
 
 __all__ = [
     "LAYOUTS",
@@ -73,3 +83,16 @@ __all__ = [
     "set_table_cache_bytes",
     "table_cache_bytes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -17,18 +17,30 @@ Which shortcut a class may take is decided once per class (:class:`TableUse`): a
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _delegation
+from .. import _lazy
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
+    from . import _delegation
     from .encoder import RotaryEncoder
+else:  # imported by the first call that needs it (peregistry/_lazy.py)
+    def _load_delegation():
+        from . import _delegation
+        return _delegation
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+
+
+def bind_table_cache() -> bool:
+    """Import what the first call would (see :func:`peregistry._lazy.bind`)."""
+    return _lazy.bind(globals())
 
 Tables = tuple[Any, Any]
 
@@ -109,7 +121,7 @@ class SharedTables:
     beyond a total byte budget. Thread-safe: one lock around each lookup and insertion."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
         self._entries: OrderedDict[Any, tuple[Tables, int]] = OrderedDict()
         self._bytes = 0
         self._budget: int | None = None  # read from the environment on first use

@@ -14,19 +14,20 @@ rotates any number of tensors (FLUX-style models build the tables once per forwa
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import _lazy
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
-from . import _delegation
-from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, full_width
 from ._table_cache import (
     OffsetKey,
     TableCache,
     TableUse,
+    bind_table_cache,
     broadcasts_into,
     cos_sin_rows,
     gather_rows,
@@ -34,6 +35,33 @@ from ._table_cache import (
     same_call_tables,
     table_rows,
 )
+
+if TYPE_CHECKING:
+    from . import _delegation
+    from ._apply import RotaryTables, rotate_features
+else:  # what only a call needs, imported by the first call (peregistry/_lazy.py)
+    def _load_delegation():
+        from . import _delegation
+        return _delegation
+
+    def _load_apply():
+        from . import _apply
+        return _apply
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    RotaryTables = _lazy.first_call(lambda: _load_apply().RotaryTables, globals(), "RotaryTables")
+    rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
+                                       "rotate_features")
+
+#: Whether the stand-ins above (and the table cache's) were bound ahead of the first call.
+_bound = False
+
+
+def _bind_for_torch() -> None:
+    """Bind the call machinery when an encoder is built in a process that has imported torch,
+    so that code compiled by ``torch.compile`` never meets a stand-in (peregistry/_lazy.py)."""
+    global _bound
+    _bound = _lazy.bind(globals()) and bind_table_cache()
 
 __all__ = ["RotaryEncoder"]
 
@@ -99,6 +127,8 @@ class RotaryEncoder(Encoder):
         cls._table_use = TableUse.of(cls, RotaryEncoder)
 
     def __init__(self, **options: Any) -> None:
+        if not _bound and "torch" in sys.modules:
+            _bind_for_torch()
         # Before the options are validated: a subclass's _validate may already compute tables.
         object.__setattr__(self, "_table_cache", TableCache())
         super().__init__(**options)

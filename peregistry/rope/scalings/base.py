@@ -5,15 +5,16 @@ validated parameters, with errors that name the type, the key, the value and wha
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from ._params import Param, convert_parameter, named
+from ._params import convert_parameter, is_param, named
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ._param import Param
 
 __all__ = [
     "SEQ_LEN_DEPENDENCE",
@@ -143,7 +144,7 @@ def parameter_options(scaling: Any) -> dict[str, Option]:
     for key, decl in getattr(scaling, "parameters", {}).items():
         if isinstance(decl, Option):
             out[key] = named(decl, key)
-        elif isinstance(decl, Param):
+        elif is_param(decl):
             out[key] = decl.as_option(key)
         else:
             raise TypeError(f"scaling {scaling.name!r} declares parameter {key!r} as {decl!r}; "
@@ -158,6 +159,8 @@ def _unknown_words(unknown: list[str], options: Mapping[str, Option]) -> str:
         if k in _MOVED_KEYS:
             text += f" ({_MOVED_KEYS[k]})"
         else:
+            import difflib  # error messages only (~0.7 ms to import)
+
             close = difflib.get_close_matches(k, list(options), n=1, cutoff=0.6)
             if close:
                 text += f" (did you mean {close[0]!r}?)"
@@ -260,6 +263,8 @@ def resolve_scaling(owner: str, scaling: Mapping[str, Any] | None, *, rotary_dim
         raise TypeError(f"{owner}: scaling 'type' must be a string (one of: {names}), got "
                         f"{kind!r}")
     if kind not in known:
+        import difflib
+
         close = difflib.get_close_matches(kind, list(known), n=1, cutoff=0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"{owner}: unknown scaling type {kind!r}.{hint} Known types: {names} "

@@ -1,0 +1,251 @@
+"""Startup (issue 17): what ``import peregistry; get_encoder('rotary', dim=64)`` loads in a fresh
+interpreter, that the encoder it gives works there, and that the shortcuts taken for speed answer
+as the code they stand in for (pluggy's hookimpl parsing). The time itself is measured by
+``benchmarks/bench_startup.py`` (a ratio against ``import numpy``), not asserted here: the
+machine is shared."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from typing import Any
+
+import pluggy
+import pytest
+from conftest import BACKENDS
+
+import peregistry as per
+from peregistry import _hooks, _lazy
+from peregistry._entry_points import entry_points
+from peregistry._loading import PluginManager
+
+FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
+#: Modules that peregistry's startup used to import and no longer needs: importlib.metadata (and
+#: email, zipfile behind it) for the entry points; json (command-line option parsing), difflib
+#: (close-match hints in errors) and the deprecated scaling ``Param`` until used.
+NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib",
+                  "peregistry.rope.scalings._param")  # the deprecated Param
+
+
+def fresh(code: str, env: dict[str, str] | None = None) -> Any:
+    """Run ``code`` in a new interpreter; it prints one JSON value, which is returned."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=600, env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_rotary_encoder_at_startup_loads_numpy_only_and_no_metadata_machinery() -> None:
+    got = fresh(
+        "import sys, peregistry\n"
+        f"before = [m for m in {FRAMEWORKS!r} if m in sys.modules]\n"
+        "peregistry.get_encoder('rotary', dim=64)\n"
+        f"after = [m for m in {FRAMEWORKS!r} if m in sys.modules]\n"
+        f"stdlib = [m for m in {NOT_AT_STARTUP!r} if m in sys.modules]\n"
+        "import json\n"
+        "print(json.dumps([before, after, stdlib]))\n"
+    )
+    before, after, stdlib = got
+    assert before == []
+    assert after == ["numpy"]  # host frequencies (np.power): the golden bits depend on it
+    assert stdlib == []
+
+
+def test_rotary_rotate_on_numpy_in_a_fresh_interpreter() -> None:
+    # The encoder made first thing in a process (nothing imported by earlier tests) rotates
+    # like RoFormer's formula in float64 (half layout: pairs (i, i + dim/2)).
+    err = fresh(
+        "import json, numpy as np, peregistry\n"
+        "enc = peregistry.get_encoder('rotary', dim=64)\n"
+        "x = np.random.default_rng(0).standard_normal((2, 5, 64))\n"
+        "got = enc.rotate(x, offset=3)\n"
+        "p = np.arange(3, 8, dtype=np.float64)[:, None]\n"
+        "ang = p * 10000.0 ** (-np.arange(32, dtype=np.float64) * 2 / 64)\n"
+        "a, b = x[..., :32], x[..., 32:]\n"
+        "ref = np.concatenate([a * np.cos(ang) - b * np.sin(ang),\n"
+        "                      b * np.cos(ang) + a * np.sin(ang)], axis=-1)\n"
+        "print(json.dumps([got.dtype.name, got.shape, float(np.max(np.abs(got - ref)))]))\n"
+    )
+    dtype, shape, diff = err
+    assert dtype == "float64" and shape == [2, 5, 64]
+    assert diff <= 64 * 2.0**-52 * 8  # a few ulps of angles up to 7 rad, float64
+
+
+#: What only a rotary *call* needs (peregistry/_lazy.py): the framework dispatch, the torch fast
+#: paths, the C kernel's loader, the application of tables.
+CALL_ONLY = ("peregistry.rope._delegation", "peregistry.rope._apply", "peregistry.rope._torch",
+             "peregistry.rope._kernel", "peregistry.rope._jax")
+#: Third-party plugins off: one importing peregistry.plugin (RotaryTables) loads all of it.
+NO_THIRD_PARTY = {"PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def test_the_call_machinery_is_imported_by_the_first_call() -> None:
+    got = fresh(
+        "import sys, json, numpy as np, peregistry\n"
+        "import peregistry.rope.encoder as m, peregistry.rope._table_cache as t\n"
+        "enc = peregistry.get_encoder('rotary', dim=8)\n"
+        f"before = [k for k in {CALL_ONLY!r} if k in sys.modules]\n"
+        "y = enc.rotate(np.ones((3, 8)))\n"
+        "cos, sin = enc.cos_sin(np.arange(3))\n"
+        "tables = enc.tables(np.arange(3))\n"
+        "import peregistry.rope._apply as a, peregistry.rope._delegation as d\n"
+        "real = [m._delegation is d, t._delegation is d, m.rotate_features is a.rotate_features,\n"
+        "        m.RotaryTables is a.RotaryTables, type(tables) is a.RotaryTables]\n"
+        "print(json.dumps([before, real, y.shape]))\n", env=NO_THIRD_PARTY)
+    before, real, shape = got
+    assert before == []
+    assert real == [True] * 5  # the stand-ins replaced themselves
+    assert shape == [3, 8]
+
+
+def test_rope_lazy_names_are_the_real_ones() -> None:
+    import peregistry.rope as rope
+    from peregistry.rope import _apply, _kernel
+
+    assert rope.RotaryTables is _apply.RotaryTables and rope.apply_rotary is _apply.apply_rotary
+    assert rope.rotate_features is _apply.rotate_features
+    assert rope.kernel_status is _kernel.kernel_status and rope.kernel_isa is _kernel.kernel_isa
+    assert set(rope.__all__) <= set(dir(rope))
+    star: dict[str, Any] = {}
+    exec("from peregistry.rope import *", star)
+    assert set(rope.__all__) <= set(star)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rope.nope  # noqa: B018
+
+
+def test_deprecated_param_is_imported_on_first_use() -> None:
+    import peregistry.encoders.rope_scaling as rs
+    from peregistry.rope.scalings._param import Param
+
+    assert rs.Param is Param and "Param" in dir(rs) and "Param" in rs.__all__
+    star: dict[str, Any] = {}
+    exec("from peregistry.encoders.rope_scaling import *", star)
+    assert star["Param"] is Param
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rs.nope  # noqa: B018
+
+
+def test_stand_ins_replace_themselves_and_bind() -> None:
+    def load_colorsys() -> Any:
+        import colorsys
+
+        return colorsys
+
+    def load_hypot() -> Any:
+        from math import hypot
+
+        return hypot
+
+    ns: dict[str, Any] = {}
+    ns["mod"] = _lazy.FirstUse(load_colorsys, ns, "mod")
+    ns["hypot"] = _lazy.first_call(load_hypot, ns, "hypot")
+    assert "first use" in repr(ns["mod"])
+    assert ns["mod"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert ns["hypot"](3.0, 4.0) == 5.0
+    import colorsys
+    import math
+
+    assert ns["mod"] is colorsys and ns["hypot"] is math.hypot
+    ns2: dict[str, Any] = {"keep": 3, "f": len}
+    ns2["mod"] = _lazy.FirstUse(load_colorsys, ns2, "mod")
+    ns2["hypot"] = _lazy.first_call(load_hypot, ns2, "hypot")
+    assert _lazy.bind(ns2) is True
+    assert ns2 == {"keep": 3, "f": len, "mod": colorsys, "hypot": math.hypot}
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
+@pytest.mark.parametrize("torch_first", [True, False])
+def test_torch_compile_fullgraph_as_the_first_call(torch_first: bool) -> None:
+    # The first rotate of a process traced by TorchDynamo with fullgraph=True: built after
+    # `import torch`, the encoder binds the call machinery; built before, the stand-ins are
+    # traced through (and the first eager call binds them, costing one recompile at most).
+    pytest.importorskip("torch")
+    got = fresh(
+        "import json, sys\n"
+        + ("import torch\n" if torch_first else "")
+        + "import peregistry, peregistry.rope.encoder as m\n"
+        "enc = peregistry.get_encoder('rotary', dim=8)\n"
+        "import torch\n"
+        "bound = type(m._delegation).__name__\n"
+        "f = torch.compile(lambda x: enc.rotate(x, offset=2), fullgraph=True, backend='aot_eager')\n"
+        "x = torch.randn(1, 3, 8, dtype=torch.float64)\n"
+        "y = f(x)\n"
+        "ref = enc.rotate(x, offset=2)\n"
+        "y2 = f(x)\n"
+        "print(json.dumps([bound, type(m._delegation).__name__, bool(torch.equal(y, ref)),\n"
+        "                  bool(torch.equal(y2, ref))]))\n", env=NO_THIRD_PARTY)
+    assert got == ["module" if torch_first else "FirstUse", "module", True, True]
+
+
+def marked_module() -> types.ModuleType:
+    """A module plugin with every kind of attribute pluggy looks at."""
+    mod = types.ModuleType("pe_marked")
+
+    @per.hookimpl
+    def peregistry_encoders() -> list[Any]:
+        return []
+
+    @per.hookimpl(specname="peregistry_backends")
+    def other_name() -> list[Any]:
+        return []
+
+    def plain() -> None:
+        pass
+
+    def tricked() -> None:
+        pass
+
+    tricked.__func__ = other_name  # type: ignore[attr-defined]  # pluggy reads markers there too
+
+    class Holder:
+        @per.hookimpl
+        def peregistry_encoders(self) -> list[Any]:
+            return []
+
+    mod.__dict__.update(
+        peregistry_encoders=peregistry_encoders, other_name=other_name, plain=plain,
+        tricked=tricked, a_class=Holder, an_int=3, a_lambda=lambda: None, builtin=len,
+        bound=Holder().peregistry_encoders,
+        static=staticmethod(per.hookimpl(lambda: [])), klass=classmethod(plain),
+    )
+    return mod
+
+
+def test_plugin_manager_parses_hookimpls_as_pluggy_does() -> None:
+    ours = PluginManager(_hooks.PROJECT)
+    theirs = pluggy.PluginManager(_hooks.PROJECT)
+    modules = [marked_module(), _hooks, per]
+    modules += [ep.load() for ep in entry_points("peregistry")]
+    checked = found = 0
+    for mod in modules:
+        for name in dir(mod):
+            assert ours.parse_hookimpl_opts(mod, name) == theirs.parse_hookimpl_opts(mod, name), \
+                (mod.__name__, name)
+            checked += 1
+            found += theirs.parse_hookimpl_opts(mod, name) is not None
+    assert checked > 200 and found >= 8  # each built-in module has its hook
+
+
+def test_plugin_manager_registers_the_same_hooks() -> None:
+    mod = marked_module()
+    got = {}
+    for cls in (PluginManager, pluggy.PluginManager):
+        pm = cls(_hooks.PROJECT)
+        pm.add_hookspecs(_hooks)
+        pm.register(mod, name="m")
+        got[cls] = sorted((h, [i.function.__name__ for i in getattr(pm.hook, h).get_hookimpls()])
+                          for h in ("peregistry_encoders", "peregistry_backends",
+                                    "peregistry_rope_scalings"))
+    assert got[PluginManager] == got[pluggy.PluginManager]
+    assert ("peregistry_backends", ["other_name", "tricked"]) in got[PluginManager]
+
+
+@pytest.mark.parametrize("snippet", ["import peregistry", "import peregistry.plugin",
+                                     "import peregistry.rope"])
+def test_public_modules_import_no_framework(snippet: str) -> None:
+    got = fresh(f"import sys, json; {snippet}\n"
+                f"print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))")
+    assert got == []
