@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _delegation
-from ._funcs import Layout, check_layout
-from ._table_cache import broadcasts_into
+from ._funcs import Layout, broadcasts_into, check_layout
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx

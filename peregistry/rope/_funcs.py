@@ -24,6 +24,7 @@ __all__ = [
     "LAYOUTS",
     "Layout",
     "apply_rotation",
+    "broadcasts_into",
     "full_width",
     "half_width",
     "inv_freq",
@@ -145,3 +146,10 @@ def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: 
         # x: [r0 r1 r2 r3 | p0 p1] -> [rotated r | p0 p1]
         out = xp.concat((out, xc[..., rotary_dim:]), axis=-1)
     return out if out.dtype == x.dtype else xp.astype(out, x.dtype)
+
+
+def broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True if ``shape`` broadcasts to exactly ``target`` (never enlarging it)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
+from ._funcs import broadcasts_into
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
@@ -257,13 +258,6 @@ def device_key(device: Any) -> Any:
     return device
 
 
-def broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """True if ``shape`` broadcasts to exactly ``target`` (never enlarging it)."""
-    if len(shape) > len(target):
-        return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
-
-
 def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Tables | None:
     """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``) for ``enc``, computed
     once per device and dtype; None if they would not fit in ``enc._POSITION_TABLE_BYTES``, or if
@@ -402,14 +396,12 @@ def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int 
     ctx = call.ctx
     if call.tracing or not _delegation.cacheable(tables[0], ctx=ctx):
         return
-    if positions is None:
-        if type(offset) is not int:
-            return
-        token = None
-    else:
-        if type(offset) is not int or offset != 0 or ctx.backend.is_tracing(positions):
-            return
-        if enc._services.backend_of(positions) is not ctx.backend:
+    if type(offset) is not int:
+        return
+    token = None
+    if positions is not None:
+        if (offset != 0 or ctx.backend.is_tracing(positions)
+                or enc._services.backend_of(positions) is not ctx.backend):
             return
         token = _delegation.values_token(positions, xp=ctx.xp)
         if token is None:
@@ -423,14 +415,11 @@ def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int 
 
 def _same_rotation_shape(shape: tuple[int, ...], seen: tuple[int, ...],
                          table: tuple[int, ...]) -> bool:
-    """Whether ``x`` of ``shape`` rotates by the tables a call with ``x`` of shape ``seen``
-    validated and computed: the same shape, or (k after q with other head counts) the same
-    rank, sequence length and head dimension, which is all the validation and the tables read
-    of ``x``, with the tables broadcasting into it as they did into the other."""
-    if shape == seen:
-        return True
-    return (len(shape) == len(seen) >= 2 and shape[-2:] == seen[-2:]
-            and broadcasts_into(tuple(table[:-1]), shape[:-1]))
+    """Whether ``x`` of ``shape`` rotates by the tables of a validated call with ``x`` of shape
+    ``seen``: the same shape, or (k after q, fewer heads) the same rank, sequence and head dim
+    (all the validation and the tables read of ``x``) with the tables broadcasting into it."""
+    return shape == seen or (len(shape) == len(seen) >= 2 and shape[-2:] == seen[-2:]
+                             and broadcasts_into(tuple(table[:-1]), shape[:-1]))
 
 
 def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,

@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .. import _lazy
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
-from ._funcs import Layout, full_width
+from ._funcs import Layout, broadcasts_into, full_width
 from ._table_cache import (
     OffsetKey,
     TableCache,
     TableUse,
     bind_table_cache,
-    broadcasts_into,
     cos_sin_rows,
     gather_rows,
     remember_call,
