@@ -249,3 +249,25 @@ def test_public_modules_import_no_framework(snippet: str) -> None:
     got = fresh(f"import sys, json; {snippet}\n"
                 f"print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))")
     assert got == []
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
+def test_torch_compile_fullgraph_of_a_relative_encoder_as_the_first_call() -> None:
+    # relative.py's framework dispatch is a stand-in until the first call: TorchDynamo traces
+    # through it (fullgraph=True) and the first eager call binds it.
+    pytest.importorskip("torch")
+    got = fresh(
+        "import json\n"
+        "import peregistry, peregistry.encoders.relative as m\n"
+        "enc = peregistry.get_encoder('t5', num_heads=2)\n"
+        "import torch\n"
+        "params = enc.init(torch, seed=0)\n"
+        "before = type(m._delegation).__name__\n"
+        "f = torch.compile(lambda q, k: enc.bias(q, k, params=params), fullgraph=True,\n"
+        "                  backend='aot_eager')\n"
+        "q, k = torch.arange(5), torch.arange(7)\n"
+        "y = f(q, k)\n"
+        "ref = enc.bias(q, k, params=params)\n"
+        "print(json.dumps([before, type(m._delegation).__name__, bool(torch.equal(y, ref))]))\n",
+        env=NO_THIRD_PARTY)
+    assert got == ["FirstUse", "module", True]

@@ -47,14 +47,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._hooks import hookimpl
 from .._options import Option
-from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary
+from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
 from ..rope._table_cache import remember_call, same_call_tables
 from ..rope.scaled import pair_cos_sin
-from ._split_pairs import SplitRotaryTables, feature_order, rotate_split
 from .context import Ctx, resolve_dtype
 from .rotary import (
     DIRECTION,
@@ -66,6 +65,9 @@ from .rotary import (
     THETA,
     check_rotary_dim,
 )
+
+if TYPE_CHECKING:
+    from ..rope import RotaryTables
 
 __all__ = ["MRope", "axis_of_pairs"]
 
@@ -293,6 +295,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
+        from ._split_pairs import feature_order  # the call machinery: imported by a call
+
         xp, h, inter = ctx.xp, self._rotary_dim() // 2, self._interleaved()
         cos = feature_order(cos[..., :h], cos[..., h:], interleaved=inter, xp=xp)
         sin = feature_order(sin[..., :h], sin[..., h:], interleaved=inter, xp=xp)
@@ -307,6 +311,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
         pos = self._positions(pos, ctx)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
+        from ._split_pairs import SplitRotaryTables
+
         return SplitRotaryTables(cos, sin, layout=self._values["layout"],
                                  head_dim=self._head_dim(), owner=self.name, ctx=ctx,
                                  rotary_features=self._values["rotary_features"])
@@ -318,6 +324,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
         if self._feature_split() is None:
             return super()._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
                                    native=native)
+        from ._split_pairs import rotate_split
+
         kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
               "last": self._rotary_last(), "native": native, "text": positions is None}
         same = None if params is not None else same_call_tables(self, x, positions, offset,

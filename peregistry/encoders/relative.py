@@ -30,17 +30,26 @@ import contextlib
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
-from ..rope import _delegation
 from ._angles import Frequencies, cos_sin
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
 from .relative_calls import RememberedBias, RememberedEmbedding
 from .sinusoidal import sinusoidal_frequencies
+
+if TYPE_CHECKING:
+    from ..rope import _delegation
+else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
+    def _load_delegation():
+        from ..rope import _delegation
+        return _delegation
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
 
