@@ -10,7 +10,7 @@ values eagerly and skip the check under a trace). Imported only when JAX arrays 
 
 from __future__ import annotations
 
-import threading
+import _thread
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +19,7 @@ __all__ = ["compiled_call", "compiled_hook", "declares", "is_jax_namespace", "is
 #: XLA options of the programs: no LLVM optimization, so no multiply-add contraction.
 EAGER_OPTIONS = {"xla_backend_optimization_level": 0}
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading at startup
 _jitted: dict[str, Callable[..., Any]] = {}
 #: ``(class, hook)`` whose hook could not be traced (it reads values): eager from then on.
 untraceable: set[tuple[type, str]] = set()
