@@ -156,6 +156,9 @@ class MRope(MultiAxisRotary, ScaledRotary):
                     f"sections that can be interleaved over {rd // 2} pairs (axis a > 0 takes "
                     f"pairs a, a+A, ... below A·sections[a]; these give {counts})")
         super()._validate()
+        # computed once here, so that neither a call nor a trace sees the cache change
+        self._cache["pair_axes"] = self._values["pair_axes"] or axis_of_pairs(
+            sections, interleaved=self._values["interleaved"])
 
     def _check_pair_axes(self, pair_axes: tuple[int, ...], sections: tuple[int, ...],
                          rd: int) -> None:
@@ -229,8 +232,7 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
     def _pair_axes(self) -> tuple[int, ...]:
         """The axis of each pair: ``pair_axes``, else Qwen2-VL's or Qwen3-VL's rule."""
-        return self._values["pair_axes"] or axis_of_pairs(
-            self._values["sections"], interleaved=self._values["interleaved"])
+        return self._cache["pair_axes"]  # type: ignore[no-any-return]
 
     def _axis_groups(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...] | None]:
         """Pair indices of each axis, and the permutation that puts the pairs grouped by axis
