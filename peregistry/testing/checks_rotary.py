@@ -27,9 +27,11 @@ from ._numerics import wide_name as _wide_name
 #: The sequence length of most probes: checks that share input shapes share the programs a
 #: compiling backend (eager JAX) builds per shape, which are most of a check's time there.
 PROBE = (5,)
-#: The law probes' positions stay below this, in the smallest position table (1024 rows), for
-#: the same reason; positions far out are check_far_range's and check_rotary_large_positions'.
-NEAR = 1000
+#: The law probes' positions stay below this, inside one position table (4096 rows), for the
+#: same reason, yet past the first table (1024 rows), where a grown table or a scaling's
+#: threshold may go wrong; positions near 2**20 are check_far_range's and
+#: check_rotary_large_positions'.
+NEAR = 4000
 
 
 def _rotary_dim_and_factor(case: Case) -> tuple[int, float]:
@@ -131,8 +133,8 @@ def check_rotary_offset(case: Case) -> None:
 
     dim = _head_dim(case)
     name = _wide_name(case)
-    # the decode step reads the last row of the smallest position table (1024 rows)
-    for seq, o in ((PROBE[0], 0), (PROBE[0], 1000), (1, 1023)):
+    # the decode step reads the last row of the probes' position table (4096 rows)
+    for seq, o in ((PROBE[0], 0), (PROBE[0], 1000), (1, 4095)):
         x = case.rng.standard_normal((2, seq, dim))
         a = _rotate(case, x, offset=o)
         b = _rotate(case, x, o + np.arange(seq))

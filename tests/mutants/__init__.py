@@ -150,6 +150,7 @@ CATALOGUE: list[Mutant] = [
     _m(T.InterleavedApply, "check_rotary_matches_cos_sin", "check_rotary_norm_preserved",
        "check_rotary_relative"),
     _m(T.QuadraticPair, "check_rotary_relative"),
+    _m(T.GrownTableDrift, "check_rotary_relative"),
     _m(T.Float32RopeAngles, "check_rotary_relative", "check_rotary_large_positions",
        unshowable=_wide_float64),
     _m(T.IgnoresOffset, "check_rotary_offset"),

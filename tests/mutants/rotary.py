@@ -72,6 +72,18 @@ class QuadraticPair(RefRope):
                 xp.concat((sin[..., :-1], xp.sin(bad)[..., None]), axis=-1))
 
 
+class GrownTableDrift(RefRope):
+    """Its own table is right for the first 1024 positions only: a table grown past them (or a
+    scaling whose threshold is there) computes angles 1% too large."""
+
+    name = "mut-grown-table-drift"
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        xp = ctx.xp
+        p = xp.astype(positions, ctx.wide)
+        return super()._half_cos_sin(xp.where(p >= 1024, p * 1.01, p), ctx=ctx, seq_len=seq_len)
+
+
 class Float32RopeAngles(RefRope):
     """Computes ``p·ω`` in float32 (as many reference implementations do)."""
 
