@@ -127,9 +127,15 @@ def compiled_hook(enc: Any, hook: str, arrays: tuple[Any, ...],
     except jax.errors.JAXTypeError:  # Python control flow on values, int(tracer), np.asarray...
         untraceable.add((klass, hook))
         return None
+    except ValueError:  # inside an enclosing trace (concrete inputs closed over by jax.jit),
+        return None  # where a program with compiler options may not nest: the caller stages it
 
 
 def compiled_call(fn: Callable[..., Any], *arrays: Any, **static: Any) -> Any:
     """``fn(*arrays, **static)`` for concrete JAX ``arrays`` and hashable ``static`` keywords, as
-    one program compiled per shape (the bits of eager execution)."""
-    return _jit("call", _call, (0, 2))(fn, _committed(arrays), tuple(sorted(static.items())))
+    one program compiled per shape (the bits of eager execution); run as it is inside an
+    enclosing trace (concrete arrays closed over by ``jax.jit``), which stages it."""
+    try:
+        return _jit("call", _call, (0, 2))(fn, _committed(arrays), tuple(sorted(static.items())))
+    except ValueError:  # a program with compiler options may not nest in another trace
+        return fn(*arrays, **static)

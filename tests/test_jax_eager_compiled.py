@@ -200,3 +200,30 @@ def test_an_override_of_the_hook_must_declare_itself() -> None:
     with pytest.raises(ValueError, match="too far"):
         enc.rotate(x, jnp.arange(3) + 2_000_000_000)
     assert (GuardedRope, "_half_cos_sin") not in _jax_eager.untraceable
+
+
+def test_concrete_inputs_closed_over_by_jax_jit() -> None:
+    """Positions or params closed over by ``jax.jit`` are concrete inside its trace: the eager
+    programs (compiled with their own options, which may not nest) give way to the enclosing
+    trace, and the jitted results equal the eager ones (it raised ValueError before)."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(3)
+    rot: Any = per.get_encoder("rotary", dim=8)
+    mro: Any = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    t5: Any = per.get_encoder("t5", num_heads=2)
+    sin: Any = per.get_encoder("sinusoidal", dim=8)
+    pos, ids = jnp.asarray(rng.integers(0, 900, 5)), jnp.asarray(rng.integers(0, 900, (3, 5)))
+    x8, x16 = jnp.asarray(rng.standard_normal((2, 5, 8))), jnp.asarray(rng.standard_normal((2, 5, 16)))
+    params, q = t5.init(jnp, seed=0), jnp.arange(4)
+    cases = [
+        (lambda x: rot.rotate(x, pos), x8, lambda: rot.rotate(x8, pos)),
+        (lambda x: mro.rotate(x, ids), x16, lambda: mro.rotate(x16, ids)),
+        (lambda k: t5.bias(q, k, params=params), jnp.arange(3),
+         lambda: t5.bias(q, jnp.arange(3), params=params)),
+        (lambda y: sin.encode(q) + y, jnp.float32(0), lambda: sin.encode(q)),
+    ]
+    for fn, arg, eager in cases:
+        got, want = np.asarray(jax.jit(fn)(arg)), np.asarray(eager())
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.finfo(want.dtype).eps)

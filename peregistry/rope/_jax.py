@@ -51,7 +51,10 @@ def int_bounds(x: Any) -> tuple[int, int] | None:
         return int(a.min()), int(a.max())
     import jax.numpy as jnp
 
-    return int(jnp.min(x)), int(jnp.max(x))
+    lo, hi = jnp.min(x), jnp.max(x)
+    if isinstance(lo, jax.core.Tracer):  # a concrete array staged by an enclosing trace
+        return None
+    return int(lo), int(hi)
 
 
 def _maybe_sharded(a: Any) -> bool:
