@@ -26,7 +26,6 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 
 from __future__ import annotations
 
-import contextlib
 import math
 import struct
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from .. import _lazy
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
+from ._constants import eager_constant
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
@@ -170,7 +170,7 @@ class T5Bias(LearnedParams, RememberedBias):
         idt = index_dtype(ctx)
         m = int(self._values["max_distance"])
         idx = self._lut_index(_distance(q, k, idt, xp=xp), ctx=ctx)  # (*batch, Q, K)
-        lut = _eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
+        lut = eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
             out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
@@ -180,32 +180,6 @@ class T5Bias(LearnedParams, RememberedBias):
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
-
-
-def _eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ctx,
-                    like: Any, shape: tuple[int, ...] | None = None) -> Any:
-    """The host constant ``values`` (a tuple of numbers) as an array of ``dtype`` on the inputs'
-    device, reshaped to ``shape`` if given: made once per backend, device and dtype in eager mode
-    and kept in ``enc._cache[name]`` (a list turned into an array costs more than the rest of a
-    small call), never cached from inside a trace (``like``, an input of the call, says) nor as
-    a torch inference tensor (autograd may save it); at most 8 kept per constant."""
-    if ctx.backend.is_tracing(like):
-        out = ctx.constant(list(values), dtype)
-        return out if shape is None else ctx.xp.reshape(out, shape)
-    arrays: dict[Any, Any] = enc._cache.setdefault(name, {})
-    key = (ctx.backend.name, ctx.device, dtype)
-    try:
-        return arrays[key]
-    except (KeyError, TypeError):  # new, or an unhashable device
-        pass
-    with _delegation.cache_scope(ctx.xp):
-        out = ctx.constant(list(values), dtype)
-        if shape is not None:
-            out = ctx.xp.reshape(out, shape)
-    if len(arrays) < 8 and _delegation.cacheable(out, ctx=ctx):
-        with contextlib.suppress(TypeError):
-            arrays[key] = out
-    return out
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------
@@ -269,7 +243,7 @@ class ALiBi(RememberedBias):
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
         neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
-        m = _eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
+        m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
 
@@ -365,7 +339,7 @@ class TransformerXL(RememberedEmbedding):
         float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
         per backend, device and dtype."""
         xp = ctx.xp
-        omega = _eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
+        omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
                                 like=rel)
         theta = _as(rel, ctx.wide, xp=xp) * omega
         return xp.concat((xp.sin(theta), xp.cos(theta)), axis=-1)

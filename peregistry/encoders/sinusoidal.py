@@ -29,6 +29,7 @@ from typing import Any
 from .._hooks import hookimpl
 from .._options import Option
 from ._angles import Frequencies, cos_sin
+from ._constants import eager_constant
 from .base import AbsoluteEncoder, Ctx
 
 __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
@@ -65,7 +66,13 @@ class Sinusoidal(AbsoluteEncoder):
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         xp = ctx.xp
-        cos, sin = cos_sin(positions, self.frequencies, ctx=ctx)
+        if ctx.has_float64:  # cos_sin's float64 angles, with ω kept as an array per device
+            omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide,
+                                   ctx=ctx, like=positions)
+            theta = xp.astype(positions, ctx.wide)[..., None] * omega
+            cos, sin = xp.cos(theta), xp.sin(theta)
+        else:
+            cos, sin = cos_sin(positions, self.frequencies, ctx=ctx)
         if self.layout == "split":
             return xp.concat((sin, cos), axis=-1)
         # [s0 s1 ..], [c0 c1 ..] -> [s0 c0 s1 c1 ..]
