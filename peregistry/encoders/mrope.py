@@ -54,6 +54,7 @@ from .._options import Option
 from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
 from ..rope._table_cache import remember_call, same_call_tables
 from ..rope.scaled import pair_cos_sin
+from ._constants import eager_constant
 from .context import Ctx, resolve_dtype
 from .rotary import (
     DIRECTION,
@@ -255,6 +256,19 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
     def _pair_order(self) -> tuple[int, ...] | None:
         return self._axis_groups()[1]
+
+    def _pair_arrays(self, freqs: Frequencies, axis_of_pair: tuple[int, ...], positions: Any, *,
+                     ctx: Ctx) -> tuple[Any, Any] | None:
+        # kept per backend and device where the pair map and ω are this encoder's own (fixed at
+        # validation; ω depends on no sequence length) and the angles are float64
+        if (not ctx.has_float64 or axis_of_pair is not self._pair_axes()
+                or self._seq_len_dependence()[0] != "none"):
+            return None
+        xp = ctx.xp
+        return (eager_constant(self, "pair_axis_arrays", axis_of_pair, xp.int64, ctx=ctx,
+                               like=positions),
+                eager_constant(self, "omega_arrays", freqs.omega, ctx.wide, ctx=ctx,
+                               like=positions))
 
     def _pair_frequencies(self, seq_len: int | None) -> tuple[Frequencies, tuple[int, ...]]:
         # RoPE's own frequencies, already in feature order: each pair keeps its ω_i.

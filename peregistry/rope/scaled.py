@@ -178,19 +178,23 @@ class ScaledRotary(RotaryEncoder):
 
 
 def pair_cos_sin(positions: Any, axis_of_pair: tuple[int, ...], freqs: Frequencies, *,
-                 ctx: Ctx) -> tuple[Any, Any]:
+                 ctx: Ctx, arrays: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """``cos``/``sin`` of ``p_{a_i}·ω_i`` per pair ``i`` (``a_i = axis_of_pair[i]``) for
     positions ``(num_axes, *batch)``, each ``(*batch, len(freqs))``: each pair's axis position
     is gathered first, so that one ``cos`` and one ``sin`` serve every axis (each angle by the
     same operations as per axis: the same bits, in fewer operations and smaller compiled
-    programs)."""
+    programs). ``arrays``: ``axis_of_pair`` and ``freqs.omega`` already as arrays (integer;
+    ``ctx.wide`` on a backend with float64), as a caller that keeps them passes them."""
     xp = ctx.xp
-    idx = xp.asarray(list(axis_of_pair), device=ctx.device)
+    idx = xp.asarray(list(axis_of_pair), device=ctx.device) if arrays is None else arrays[0]
     pair_pos = xp.take(positions, idx, axis=0)  # (pairs, *batch)
     nd = pair_pos.ndim
     if nd > 1:
         pair_pos = xp.permute_dims(pair_pos, (*range(1, nd), 0))
-    return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
+    if arrays is None or not ctx.has_float64:
+        return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
+    theta = xp.astype(pair_pos, ctx.wide) * arrays[1]  # angles(..., per_pair=True) in float64
+    return xp.cos(theta), xp.sin(theta)
 
 
 class MultiAxisRotary(RotaryEncoder):
@@ -234,6 +238,12 @@ class MultiAxisRotary(RotaryEncoder):
                               for f in ("omega", "c1", "c2", "c3", "c")))
         return freqs, tuple(ax for ax, _ in pairs)
 
+    def _pair_arrays(self, freqs: Frequencies, axis_of_pair: tuple[int, ...], positions: Any, *,
+                     ctx: Ctx) -> tuple[Any, Any] | None:
+        """The gather index and ``ω`` of :meth:`_pair_frequencies` as arrays, where a subclass
+        keeps them (they then cost nothing per call); None (the default): made per call."""
+        return None
+
     def _pair_order(self) -> tuple[int, ...] | None:
         """The permutation that puts the pairs, grouped by axis (axis 0's first), in feature
         order: entry ``i`` is the grouped index of pair ``i``. None (the default) when the
@@ -265,7 +275,8 @@ class MultiAxisRotary(RotaryEncoder):
         ``p·ω_i`` pair by pair (:func:`pair_cos_sin`)."""
         self._position_batch_shape(positions)
         freqs, axis_of_pair = self._pair_frequencies(seq_len)
-        cos, sin = pair_cos_sin(positions, axis_of_pair, freqs, ctx=ctx)
+        cos, sin = pair_cos_sin(positions, axis_of_pair, freqs, ctx=ctx,
+                                arrays=self._pair_arrays(freqs, axis_of_pair, positions, ctx=ctx))
         af = self.attention_factor
         if af != 1.0:
             cos, sin = cos * af, sin * af
