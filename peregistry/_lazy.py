@@ -22,7 +22,16 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FirstUse", "bind", "first_call"]
+__all__ = ["FirstUse", "bind", "bind_for_torch", "first_call"]
+
+#: The namespaces holding stand-ins (module globals), for :func:`bind_for_torch`.
+_namespaces: list[dict[str, Any]] = []
+_all_bound = False
+
+
+def _register(namespace: dict[str, Any]) -> None:
+    if not any(ns is namespace for ns in _namespaces):
+        _namespaces.append(namespace)
 
 
 def _dynamo_tracing() -> bool:
@@ -37,6 +46,7 @@ class FirstUse:
 
     def __init__(self, load: Callable[[], Any], namespace: dict[str, Any], key: str) -> None:
         self._load, self._namespace, self._key = load, namespace, key
+        _register(namespace)
 
     def __getattr__(self, attr: str) -> Any:
         value = self._load()
@@ -61,6 +71,7 @@ def first_call(load: Callable[[], Callable[..., Any]], namespace: dict[str, Any]
     stand_in.__name__ = stand_in.__qualname__ = key
     stand_in.__doc__ = f"``{key}``, imported on the first call."
     stand_in._first_call_load = load  # type: ignore[attr-defined]  # for bind()
+    _register(namespace)
     return stand_in
 
 
@@ -75,3 +86,15 @@ def bind(namespace: dict[str, Any]) -> bool:
         elif isinstance(value, types.FunctionType) and hasattr(value, "_first_call_load"):
             namespace[key] = value._first_call_load()
     return True
+
+
+def bind_for_torch() -> None:
+    """Bind every module's stand-ins once torch is imported (encoders call this when built), so
+    that code ``torch.compile`` traces never meets one: a stand-in traced through is bound by
+    the next eager call, and the changed global then costs a recompile."""
+    global _all_bound
+    if _all_bound or "torch" not in sys.modules or _dynamo_tracing():
+        return
+    for namespace in list(_namespaces):
+        bind(namespace)
+    _all_bound = True

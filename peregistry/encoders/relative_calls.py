@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
 from .base import BiasEncoder, Encoder, RelativeEmbedding
 from .context import run_hook
 from .pairs import pair_inputs
@@ -40,6 +41,10 @@ class RememberedPairs(Encoder):
     through :meth:`_pair_call`, which skips the validation an identical signature passed."""
 
     __slots__ = ()
+
+    def __init__(self, **options: Any) -> None:
+        _lazy.bind_for_torch()  # the call machinery, before any torch.compile meets it
+        super().__init__(**options)
 
     def _pair_call(self, hook: str, q_positions: Any, k_positions: Any,
                    params: Mapping[str, Any] | None, dtype: Any) -> Any:

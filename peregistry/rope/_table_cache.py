@@ -38,11 +38,6 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
 
     _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
 
-
-def bind_table_cache() -> bool:
-    """Import what the first call would (see :func:`peregistry._lazy.bind`)."""
-    return _lazy.bind(globals())
-
 Tables = tuple[Any, Any]
 
 

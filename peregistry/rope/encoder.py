@@ -14,7 +14,6 @@ rotates any number of tensors (FLUX-style models build the tables once per forwa
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,7 +26,6 @@ from ._table_cache import (
     OffsetKey,
     TableCache,
     TableUse,
-    bind_table_cache,
     cos_sin_rows,
     gather_rows,
     remember_call,
@@ -52,15 +50,6 @@ else:  # what only a call needs, imported by the first call (peregistry/_lazy.py
     rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
                                        "rotate_features")
 
-#: Whether the stand-ins above (and the table cache's) were bound ahead of the first call.
-_bound = False
-
-
-def _bind_for_torch() -> None:
-    """Bind the call machinery when an encoder is built in a process that has imported torch,
-    so that code compiled by ``torch.compile`` never meets a stand-in (peregistry/_lazy.py)."""
-    global _bound
-    _bound = _lazy.bind(globals()) and bind_table_cache()
 
 __all__ = ["RotaryEncoder"]
 
@@ -126,8 +115,7 @@ class RotaryEncoder(Encoder):
         cls._table_use = TableUse.of(cls, RotaryEncoder)
 
     def __init__(self, **options: Any) -> None:
-        if not _bound and "torch" in sys.modules:
-            _bind_for_torch()
+        _lazy.bind_for_torch()  # the call machinery, before any torch.compile meets it
         # Before the options are validated: a subclass's _validate may already compute tables.
         object.__setattr__(self, "_table_cache", TableCache())
         super().__init__(**options)
