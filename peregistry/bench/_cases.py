@@ -133,24 +133,19 @@ def _bench_sinusoidal(b: Bench, quick: bool) -> Case:
                   lambda p: hand_sinusoidal(b.xp, p, dim), (pos,), f"{n}x{dim}")
 
 
-def _bench_rotary(b: Bench, quick: bool) -> Case:
-    import peregistry as per
+def _bench_rope(name: str, hand: Callable[[Any, Any], Any]) -> Callable[[Bench, bool], Case]:
+    """The bench of a rotary encoder ``name`` against the hand-written ``hand(xp, x)``."""
 
-    n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
-    enc = per.get_encoder("rotary", dim=d)
-    x = b.randn((n, h, s, d))
-    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
-                  lambda v: hand_rotary(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
+    def bench(b: Bench, quick: bool) -> Case:
+        import peregistry as per
 
+        n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
+        enc = per.get_encoder(name, dim=d)
+        x = b.randn((n, h, s, d))
+        return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
+                      lambda v: hand(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
 
-def _bench_xpos(b: Bench, quick: bool) -> Case:
-    import peregistry as per
-
-    n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
-    enc = per.get_encoder("xpos", dim=d)
-    x = b.randn((n, h, s, d))
-    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
-                  lambda v: hand_xpos(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
+    return bench
 
 
 def _bench_alibi(b: Bench, quick: bool) -> Case:
@@ -256,10 +251,10 @@ def _bench_transformer_xl(b: Bench, quick: bool) -> Case:
 #: its own: ``BENCHMARKS["my-rope"] = builder``.
 BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "sinusoidal": _bench_sinusoidal,
-    "rotary": _bench_rotary,
+    "rotary": _bench_rope("rotary", hand_rotary),
     "alibi": _bench_alibi,
     "mrope": _bench_mrope,
-    "xpos": _bench_xpos,
+    "xpos": _bench_rope("xpos", hand_xpos),
     "learned": _bench_learned,
     "learned-2d": _bench_learned_2d,
     "t5": _bench_t5,

@@ -338,11 +338,11 @@ class TransformerXL(RememberedEmbedding):
         """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
         float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
         per backend, device and dtype."""
-        xp = ctx.xp
         omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
-                                like=rel)
-        theta = _as(rel, ctx.wide, xp=xp) * omega
-        return xp.concat((xp.sin(theta), xp.cos(theta)), axis=-1)
+                               like=rel)
+        # rel (..., 1) broadcasts against ω as one position per pair would
+        cos, sin = cos_sin(rel, self.frequencies, ctx=ctx, per_pair=True, omega=omega)
+        return ctx.xp.concat((sin, cos), axis=-1)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in

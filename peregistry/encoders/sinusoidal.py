@@ -66,13 +66,11 @@ class Sinusoidal(AbsoluteEncoder):
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         xp = ctx.xp
-        if ctx.has_float64:  # cos_sin's float64 angles, with ω kept as an array per device
+        omega = None  # with float64, ω kept as an array per backend, device and dtype
+        if ctx.has_float64:
             omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide,
                                    ctx=ctx, like=positions)
-            theta = xp.astype(positions, ctx.wide)[..., None] * omega
-            cos, sin = xp.cos(theta), xp.sin(theta)
-        else:
-            cos, sin = cos_sin(positions, self.frequencies, ctx=ctx)
+        cos, sin = cos_sin(positions, self.frequencies, ctx=ctx, omega=omega)
         if self.layout == "split":
             return xp.concat((sin, cos), axis=-1)
         # [s0 s1 ..], [c0 c1 ..] -> [s0 c0 s1 c1 ..]

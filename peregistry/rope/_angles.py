@@ -79,25 +79,28 @@ class Frequencies:
                              for f in ("omega", "c1", "c2", "c3", "c")))
 
 
-def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False) -> Any:
+def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False,
+           omega: Any = None) -> Any:
     """``θ = p·ω`` of shape ``(*positions.shape, len(freqs))`` in float64 (reduced to
     ``[-π, π]`` on float32-only backends, where the unreduced angle cannot be represented).
     With ``per_pair=True`` the last axis of ``positions`` is already one position per
     frequency (``θ_i = p_i·ω_i``, of ``positions.shape``): every angle is computed by the same
-    operations as without it, so to the same bits."""
+    operations as without it, so to the same bits. ``omega``: ``freqs.omega`` already as an
+    array of ``ctx.wide`` (a caller that keeps it per device passes it; used with float64)."""
     xp = ctx.xp
     if not ctx.has_float64:
         return _reduced_angles_f32(positions, freqs, ctx=ctx, per_pair=per_pair)
-    p = xp.astype(positions, ctx.wide)
-    return (p if per_pair else p[..., None]) * ctx.constant(list(freqs.omega))
+    p = positions if positions.dtype == ctx.wide else xp.astype(positions, ctx.wide)
+    w = ctx.constant(list(freqs.omega)) if omega is None else omega
+    return (p if per_pair else p[..., None]) * w
 
 
-def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx,
-            per_pair: bool = False) -> tuple[Any, Any]:
+def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False,
+            omega: Any = None) -> tuple[Any, Any]:
     """``(cos θ, sin θ)`` with ``θ = p·ω``, each ``(*positions.shape, len(freqs))`` in
     ``ctx.wide``; accurate to ~1e-6 absolute for ``|p| < 2**24`` on every backend.
-    ``per_pair`` as for :func:`angles`."""
-    theta = angles(positions, freqs, ctx=ctx, per_pair=per_pair)
+    ``per_pair`` and ``omega`` as for :func:`angles`."""
+    theta = angles(positions, freqs, ctx=ctx, per_pair=per_pair, omega=omega)
     return ctx.xp.cos(theta), ctx.xp.sin(theta)
 
 

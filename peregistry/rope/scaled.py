@@ -191,10 +191,8 @@ def pair_cos_sin(positions: Any, axis_of_pair: tuple[int, ...], freqs: Frequenci
     nd = pair_pos.ndim
     if nd > 1:
         pair_pos = xp.permute_dims(pair_pos, (*range(1, nd), 0))
-    if arrays is None or not ctx.has_float64:
-        return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
-    theta = xp.astype(pair_pos, ctx.wide) * arrays[1]  # angles(..., per_pair=True) in float64
-    return xp.cos(theta), xp.sin(theta)
+    return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True,
+                   omega=None if arrays is None else arrays[1])
 
 
 class MultiAxisRotary(RotaryEncoder):
