@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from .._services import Services
     from ..backends._base import Backend
 
-__all__ = ["Ctx", "check_positions", "make_context", "params_dtype", "resolve_dtype", "run_hook"]
+__all__ = ["Ctx", "check_positions", "make_context", "own_methods", "params_dtype", "resolve_dtype",
+           "run_hook"]
 
 _NO_DTYPE: Any = object()  # run_hook: the hook takes no dtype (``_encode``)
 
@@ -254,3 +255,18 @@ def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
         f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
         f"allowed: None, {', '.join(floats)}"
     )
+
+
+_OWN_METHODS: dict[tuple[type, tuple[str, ...]], bool] = {}
+
+
+def own_methods(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``cls`` takes each method of ``names`` from peregistry itself (no plugin or test
+    overrides it): a call's validation may then be remembered. Answered once per class."""
+    key = (cls, names)
+    known = _OWN_METHODS.get(key)
+    if known is None:
+        known = _OWN_METHODS[key] = all(
+            getattr(getattr(cls, name), "__module__", "").startswith("peregistry.")
+            for name in names)
+    return known

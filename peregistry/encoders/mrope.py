@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._hooks import hookimpl
 from .._options import Option
 from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
-from ..rope._table_cache import remember_call, same_call_tables
 from ..rope.scaled import pair_cos_sin
 from ._constants import eager_constant
 from .context import Ctx, resolve_dtype
@@ -344,14 +343,7 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
         kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
               "last": self._rotary_last(), "native": native, "text": positions is None}
-        same = None if params is not None else same_call_tables(self, x, positions, offset,
-                                                                seq_len)
-        if same is not None:  # as the last call but for x's values: validated, tables known
-            (cos, sin), cdt, xp = same
-            return rotate_split(x, cos, sin, cdt=cdt, xp=xp, **kw)
-        call = self._rotate_call(x, positions, offset, params, seq_len)
-        cos, sin = self._rotation_tables(call)
-        remember_call(self, positions, offset, seq_len, call=call, tables=(cos, sin))
+        call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
         return rotate_split(call.x, cos, sin, cdt=call.cdt, xp=call.ctx.xp, **kw)
 
 

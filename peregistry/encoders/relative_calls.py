@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from .base import BiasEncoder, Encoder, RelativeEmbedding
-from .context import run_hook
+from .context import own_methods, run_hook
 from .pairs import pair_inputs
 
 if TYPE_CHECKING:
@@ -92,17 +92,11 @@ class RememberedEmbedding(RememberedPairs, RelativeEmbedding):
 #: The methods validation calls; a subclass overriding one (to check positions' values, say)
 #: must see every call, so its calls are never remembered.
 _VALIDATION = ("_context", "_positions", "_check_params", "_output_dtype")
-_OWN_VALIDATION: dict[type, bool] = {}
 
 
 def _own_validation(cls: type) -> bool:
     """Whether ``cls`` validates with peregistry's own methods only (answered once per class)."""
-    known = _OWN_VALIDATION.get(cls)
-    if known is None:
-        known = _OWN_VALIDATION[cls] = all(
-            getattr(getattr(cls, name), "__module__", "").startswith("peregistry.")
-            for name in _VALIDATION)
-    return known
+    return own_methods(cls, _VALIDATION)
 
 
 def _remember(enc: Encoder, sig: tuple[Any, ...], ctx: Ctx, out_dtype: Any) -> None:

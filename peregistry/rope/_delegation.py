@@ -23,6 +23,7 @@ importing the engine imports no framework.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "materialize",
     "reads_cheaply",
     "rotate",
+    "token_reader",
     "values_token",
     "wide_int",
 ]
@@ -66,7 +68,7 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
     """Rotate the pairs of ``x`` by half-width tables ``cos``/``sin`` (of dtype ``cdt``, which
     the rotation runs in); the result has ``x``'s dtype. ``native=False`` forces the generic
     rotation (the reference)."""
-    if native and _is_torch(xp):
+    if native and getattr(xp, "__name__", None) in _TORCH_NAMES:  # _is_torch, inline: hot
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
     if (_is_jax(xp) and cdt in (xp.float32, xp.float64)
             and not any(_is_tracer(a) for a in (x, cos, sin))):
@@ -171,10 +173,21 @@ def values_token(x: Any, *, xp: Any) -> Any:
     it derived from ``x`` for the same object; None where no such token exists (NumPy and
     array-api-strict arrays are written in place without a trace, torch inference tensors keep
     no version)."""
+    reader = token_reader(xp)
+    return None if reader is None else reader(x)
+
+
+def _immutable(x: Any) -> int:
+    return 0
+
+
+def token_reader(xp: Any) -> Callable[[Any], Any] | None:
+    """The function :func:`values_token` calls for arrays of ``xp`` (None: no token), for
+    callers that keep it with what they derived from an array."""
     if _is_torch(xp):
-        return _torch.values_token(x)
+        return _torch.values_token
     if _is_jax(xp):
-        return 0
+        return _immutable
     return None
 
 

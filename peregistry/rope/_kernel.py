@@ -21,7 +21,8 @@ NATIVE_ENV = "PEREGISTRY_NATIVE"
 #: dtype name -> the kernel's code for ``x``; the tables must be float32 (0) or float64 (1).
 DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2, "float16": 3}
 
-_UNSET: Any = object()
+#: ``KERNEL.module`` before the first load (the hot path tests it inline, see rope/_torch.py).
+UNLOADED: Any = object()
 
 
 @dataclass
@@ -29,7 +30,7 @@ class _KernelState:
     """The kernel as loaded on first use: its module (None: not built, or switched off) and the
     status :func:`kernel_status` reports."""
 
-    module: Any = _UNSET
+    module: Any = UNLOADED
     status: str = ""
 
     def load(self) -> None:
@@ -53,7 +54,7 @@ KERNEL = _KernelState()
 
 def load_kernel() -> Any | None:
     """The ``peregistry._rotary_kernel`` module, or None (not built, or switched off)."""
-    if KERNEL.module is _UNSET:
+    if KERNEL.module is UNLOADED:
         KERNEL.load()
     return KERNEL.module
 

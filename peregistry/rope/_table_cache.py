@@ -225,9 +225,13 @@ class TableCache:
     #: tuple, replaced whole (no lock needed).
     last_rows: Any = None
     last_ids: Any = None
-    #: The last eager ``rotate`` calls' signatures and tables, newest first, at most
-    #: :data:`CALLS_KEPT` (:func:`same_call_tables`): q and k differ in shape (GQA).
+    #: ``(dtype, device, generation, length, (cos, sin))``: the position table ``last_rows``
+    #: came from, read again by the next decode step without the shared cache's lookup.
+    last_table: Any = None
+    #: The last eager ``rotate`` calls with their tables, and the last validated signatures,
+    #: newest first (:mod:`._calls`): q and k differ in shape (GQA).
     last_calls: tuple[Any, ...] = ()
+    signatures: tuple[Any, ...] = ()
 
     @property
     def positions(self) -> dict[tuple[Any, Any], Tables]:
@@ -290,24 +294,54 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     return table
 
 
-def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx,
-               cdt: Any) -> Tables | None:
-    """Rows ``offset .. offset+seq-1`` of :func:`position_table` (views), or None."""
+def kept_rows(cache: TableCache, tables: Tables) -> bool:
+    """Whether ``tables`` are the rows :func:`table_rows` or :func:`gather_rows` kept last:
+    cacheable then, known without asking the framework again."""
+    last_rows, last_ids = cache.last_rows, cache.last_ids
+    return ((last_rows is not None and last_rows[5] is tables)
+            or (last_ids is not None and last_ids[5] is tables))
+
+
+def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
+               eager: bool = False) -> Tables | None:
+    """Rows ``offset .. offset+seq-1`` of :func:`position_table` (views), or None. ``eager``:
+    the caller knows that no trace stages the slicing (its views are then cacheable: the
+    table is, and a view taken in torch's inference mode is no inference tensor)."""
     if offset < 0:
         return None
-    cache = enc._table_cache
+    cache, generation = enc._table_cache, SHARED.generation
     last = cache.last_rows
     if (last is not None and last[0] == offset and last[1] == seq and last[2] == cdt
-            and last[3] == ctx.device and last[4] == SHARED.generation):
+            and last[3] == ctx.device and last[4] == generation):
         return last[5]  # type: ignore[no-any-return]
-    table = position_table(enc, offset + seq, ctx=ctx, cdt=cdt)
-    if table is None:
-        return None
-    cos, sin = table
-    rows = cos[..., offset:offset + seq, :], sin[..., offset:offset + seq, :]
-    if _delegation.cacheable(rows[0], ctx=ctx):  # not a tracer (slicing inside jax.jit stages)
-        cache.last_rows = (offset, seq, cdt, ctx.device, SHARED.generation, rows)
+    end, kept = offset + seq, cache.last_table
+    if (kept is not None and kept[0] == cdt and kept[1] == ctx.device and kept[2] == generation
+            and end <= kept[3]):
+        cos, sin = kept[4]  # the table the last rows came from (the decode step's path)
+    else:
+        table = position_table(enc, end, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        cos, sin = table
+        kept = None
+    rows = cos[..., offset:end, :], sin[..., offset:end, :]
+    # not a tracer (slicing inside jax.jit stages)
+    if (eager and kept is not None) or _delegation.cacheable(rows[0], ctx=ctx):
+        cache.last_rows = (offset, seq, cdt, ctx.device, generation, rows)
+        if kept is None:
+            cache.last_table = (cdt, ctx.device, generation, cos.shape[-2], (cos, sin))
     return rows
+
+
+def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """The position table's row ``(1, half)`` at the one position of an eager integer ``pos``
+    that is read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos``
+    does. None if the position is out of the table's reach, or staged by an enclosing trace."""
+    one = ctx.xp.reshape(pos, ())
+    if ctx.backend.is_tracing(one):
+        return None
+    p = int(one)  # not staged: neither are the slices of the table
+    return table_rows(enc, p, 1, ctx=ctx, cdt=cdt, eager=True) if p >= 0 else None
 
 
 def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
@@ -326,7 +360,8 @@ def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: C
             and last[2] == cdt and last[4] == SHARED.generation):
         return last[5]  # type: ignore[no-any-return]  # the same positions object, unchanged
     rows = _gather_rows(enc, pos, shape, ctx=ctx, cdt=cdt)
-    if rows is not None and token is not None and _delegation.cacheable(rows[0], ctx=ctx):
+    if rows is not None and token is not None and (
+            kept_rows(cache, rows) or _delegation.cacheable(rows[0], ctx=ctx)):
         cache.last_ids = (pos, token, cdt, ctx.device, SHARED.generation, rows)
     return rows
 
@@ -340,12 +375,8 @@ def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: C
     if size == 0:
         return None
     if size == 1:  # one decode position: a slice, which broadcasts as the positions do
-        one = xp.reshape(pos, ())
-        if ctx.backend.is_tracing(one):  # staged by an enclosing trace
-            return None
-        p = int(one)
-        rows = table_rows(enc, p, 1, ctx=ctx, cdt=cdt) if p >= 0 else None
-        if rows is None or shape:  # (1, half) broadcasts wherever the positions do
+        rows = one_row(enc, pos, ctx=ctx, cdt=cdt)
+        if rows is None or shape:
             return rows
         return xp.reshape(rows[0], (-1,)), xp.reshape(rows[1], (-1,))  # x is (dim,)
     bounds = _delegation.int_bounds(pos, ctx=ctx)
@@ -376,68 +407,3 @@ def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Table
         return rows
     half = rows[0].shape[-1]
     return xp.reshape(rows[0], (*shape, half)), xp.reshape(rows[1], (*shape, half))
-
-
-#: How many eager ``rotate`` signatures an encoder keeps (q and k of a layer, and a spare).
-CALLS_KEPT = 4
-
-
-def remember_call(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | None, *,
-                  call: Any, tables: Tables) -> None:
-    """Keep what a validated eager ``rotate`` call was (the class, dtype, shape and device of
-    ``x``; the positions object and its values token, or the int offset; ``seq_len``) with the
-    tables it rotated by, for :func:`same_call_tables`. Not for calls whose positions can change
-    unseen (NumPy arrays, Python sequences), nor from a trace, nor torch inference tensors."""
-    ctx = call.ctx
-    if call.tracing or not _delegation.cacheable(tables[0], ctx=ctx):
-        return
-    if type(offset) is not int:
-        return
-    token = None
-    if positions is not None:
-        if (offset != 0 or ctx.backend.is_tracing(positions)
-                or enc._services.backend_of(positions) is not ctx.backend):
-            return
-        token = _delegation.values_token(positions, xp=ctx.xp)
-        if token is None:
-            return
-    x = call.x
-    cache = enc._table_cache
-    entry = (type(x), x.dtype, tuple(x.shape), ctx.device, positions, token, offset, seq_len,
-             SHARED.generation, tables, call.cdt, ctx.xp)
-    cache.last_calls = (entry, *cache.last_calls[:CALLS_KEPT - 1])
-
-
-def _same_rotation_shape(shape: tuple[int, ...], seen: tuple[int, ...],
-                         table: tuple[int, ...]) -> bool:
-    """Whether ``x`` of ``shape`` rotates by the tables of a validated call with ``x`` of shape
-    ``seen``: the same shape, or (k after q, fewer heads) the same rank, sequence and head dim
-    (all the validation and the tables read of ``x``) with the tables broadcasting into it."""
-    return shape == seen or (len(shape) == len(seen) >= 2 and shape[-2:] == seen[-2:]
-                             and broadcasts_into(tuple(table[:-1]), shape[:-1]))
-
-
-def same_call_tables(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
-                     seq_len: int | None) -> tuple[Tables, Any, Any] | None:
-    """``(tables, cdt, xp)`` of the previous eager ``rotate`` call if this one is the same but
-    for the values of ``x`` (a model's q and k, layer after layer, at one decoding step): its
-    validation would pass as before and its tables are those. None otherwise, and always
-    inside a trace (checked first: a tracer must not read the cache)."""
-    kept = enc._table_cache.last_calls
-    if not kept or type(offset) is not int:
-        return None
-    backend = enc._services.backend_of(x)
-    if backend is None or backend.is_tracing(x):
-        return None
-    shape, generation = tuple(x.shape), SHARED.generation
-    for xtype, dtype, xshape, device, pos, token, off, sl, gen, tables, cdt, xp in kept:
-        if (type(x) is not xtype or x.dtype != dtype or sl != seq_len
-                or gen != generation or offset != off or positions is not pos
-                or not _same_rotation_shape(shape, xshape, tables[0].shape)):
-            continue
-        if pos is not None and _delegation.values_token(pos, xp=xp) != token:
-            return None
-        if backend.device(x) != device:
-            continue
-        return tables, cdt, xp
-    return None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends._torch import is_placeholder, is_wrapped
-from ._kernel import broadcast_strides, gomp_parallel_address, load_kernel
+from ._kernel import KERNEL, UNLOADED, broadcast_strides, gomp_parallel_address, load_kernel
 
 #: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
 #: stay in the last-level cache while the four passes over it run.
@@ -152,8 +152,12 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) ->
             return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
         if torch.compiler.is_compiling() or is_placeholder(x):
             return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
-    if (_forward_ad_active() or (torch.is_grad_enabled() and (
-            x.requires_grad or cos.requires_grad or sin.requires_grad))):
+    # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops and
+    # the kernel would drop their tangents).
+    fwad = sys.modules.get("torch.autograd.forward_ad")
+    if ((fwad is not None and getattr(fwad, "_current_level", -1) >= 0)
+            or (torch.is_grad_enabled() and (
+                x.requires_grad or cos.requires_grad or sin.requires_grad))):
         return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
     if MATERIALIZE.op is None:
         MATERIALIZE.get()  # eager torch: define the op now, for a later torch.compile
@@ -313,7 +317,9 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     nothing compiles, so a tensor of the exact class ``torch.Tensor`` is no wrapper."""
     import torch
 
-    kernel = load_kernel()
+    kernel = KERNEL.module  # load_kernel(), inline: hot
+    if kernel is UNLOADED:
+        kernel = load_kernel()
     if kernel is None:
         return None
     tensor = torch.Tensor
@@ -372,13 +378,6 @@ def _plain(t: Any) -> bool:
     import torch
 
     return type(t) is torch.Tensor and not is_wrapped(t)
-
-
-def _forward_ad_active() -> bool:
-    """Inside ``torch.autograd.forward_ad.dual_level()``: dual tensors need the plain
-    expression (the ``out=`` ops and the kernel would drop their tangents)."""
-    fwad = sys.modules.get("torch.autograd.forward_ad")
-    return fwad is not None and getattr(fwad, "_current_level", -1) >= 0
 
 
 def torch_gomp() -> int:

@@ -15,23 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _lazy
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
+from ._calls import Call, recall, remember
 from ._funcs import Layout, broadcasts_into, full_width
-from ._table_cache import (
-    OffsetKey,
-    TableCache,
-    TableUse,
-    cos_sin_rows,
-    gather_rows,
-    remember_call,
-    same_call_tables,
-    table_rows,
-)
+from ._table_cache import OffsetKey, TableCache, TableUse, cos_sin_rows, gather_rows, table_rows
 
 if TYPE_CHECKING:
     from . import _delegation
@@ -52,19 +43,6 @@ else:  # what only a call needs, imported by the first call (peregistry/_lazy.py
 
 
 __all__ = ["RotaryEncoder"]
-
-
-@dataclass(slots=True)
-class _Call:
-    """One validated :meth:`RotaryEncoder.rotate` call."""
-
-    ctx: Ctx
-    x: Any
-    positions: Any  # validated positions, or None for ``offset + arange(seq)``
-    offset: Any  # a Python int or an array
-    seq_len: int | None
-    tracing: bool
-    cdt: Any  # the dtype the rotation runs in
 
 
 class RotaryEncoder(Encoder):
@@ -252,22 +230,32 @@ class RotaryEncoder(Encoder):
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares framework fast paths with)."""
-        same = None if params is not None else same_call_tables(self, x, positions, offset,
-                                                                 seq_len)
-        if same is not None:  # as the last call but for x's values: validated, tables known
-            (cos, sin), cdt, xp = same
-            return rotate_features(x, cos, sin, rotary_dim=self._rotary_dim(),
-                                   interleaved=self._interleaved(), last=self._rotary_last(),
-                                   cdt=cdt, xp=xp, native=native)
-        call = self._rotate_call(x, positions, offset, params, seq_len)
-        cos, sin = self._rotation_tables(call)
-        remember_call(self, positions, offset, seq_len, call=call, tables=(cos, sin))
-        return rotate_features(call.x, cos, sin, rotary_dim=self._rotary_dim(),
-                               interleaved=self._interleaved(), last=self._rotary_last(),
-                               cdt=call.cdt, xp=call.ctx.xp, native=native)
+        call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
+        assert call.spec is not None  # set by _validated_tables
+        rd, interleaved, last = call.spec
+        return rotate_features(call.x, cos, sin, rotary_dim=rd, interleaved=interleaved,
+                               last=last, cdt=call.cdt, xp=call.ctx.xp, native=native)
+
+    def _validated_tables(self, x: Any, positions: Any, offset: Any,
+                          params: Mapping[str, Any] | None,
+                          seq_len: int | None) -> tuple[Call, tuple[Any, Any]]:
+        """The validated call (its ``spec`` set) and its half-width tables: from a kept call
+        where this one repeats it (:mod:`._calls`), else validated (:meth:`_rotate_call`) and
+        looked up."""
+        kept = None if params is not None else recall(self, x, positions, offset, seq_len)
+        if kept is not None and kept[1] is not None:  # validated, tables known (and kept)
+            return kept[0], kept[1]
+        call = self._rotate_call(x, positions, offset, params, seq_len) if kept is None else kept[0]
+        if call.spec is None:
+            call.spec = (self._rotary_dim(), self._interleaved(), self._rotary_last())
+        tables = self._rotation_tables(call)
+        if params is None:
+            remember(self, positions, offset, seq_len, call=call, tables=tables,
+                     validated=kept is None)
+        return call, tables
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
-                     params: Mapping[str, Any] | None, seq_len: int | None) -> _Call:
+                     params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
         """Validate the arguments of :meth:`rotate` (the errors name what is wrong)."""
         if offset is None or isinstance(offset, bool | str | bytes):
             raise TypeError(f"{self.name}: offset must be an int, a real number or an "
@@ -300,7 +288,7 @@ class RotaryEncoder(Encoder):
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
             pos = self._positions(pos, ctx)
-        return _Call(ctx, x, pos, offset, seq_len, tracing, cdt)
+        return Call(ctx, x, pos, offset, seq_len, tracing, cdt)
 
     def _check_offset_range(self, offset: Any, seq: int, ctx: Ctx, *, tracing: bool) -> None:
         """Positions ``offset .. offset+seq-1`` must fit the integer dtype they are computed in
@@ -337,7 +325,7 @@ class RotaryEncoder(Encoder):
                 f"positions hold ({limits.min} .. {limits.max}); they would wrap. Pass a "
                 f"smaller offset (or positions of a real dtype)")
 
-    def _rotation_tables(self, call: _Call) -> tuple[Any, Any]:
+    def _rotation_tables(self, call: Call) -> tuple[Any, Any]:
         """Half-width ``(cos, sin)`` of dtype ``call.cdt`` for a validated call: rows of the
         position table, cached offset tables, or computed (and cached where allowed)."""
         ctx, xshape, cdt = call.ctx, tuple(call.x.shape), call.cdt

@@ -1,0 +1,166 @@
+"""A ``rotate`` call whose arguments match a validated call's signature (the class, dtype, shape
+and device of ``x`` and of the positions, or an int offset) skips the validation, which reads
+none of the positions' values, and looks its tables up for the new values (issue 17: layer 0's
+``q`` meets a new position ids tensor at every decoding step). On every selected backend: the
+bits of a fresh encoder, every value-dependent check still made, any other call validated in
+full, and a subclass that validates values itself sees every call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import BACKENDS
+
+import peregistry as per
+from peregistry.encoders.rotary import Rotary
+
+OPTIONS: dict[str, dict[str, Any]] = {"rotary": {"dim": 16},
+                                      "mrope": {"dim": 16, "sections": (2, 3, 3)}}
+
+
+def _ids(name: str, values: Any) -> Any:
+    values = np.asarray(values)
+    return values if name == "rotary" else np.stack([values, values + 1, values + 2])
+
+
+def _spy(enc: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The calls of ``enc._rotate_call`` (full validation) from now on."""
+    seen: list[Any] = []
+    real = type(enc)._rotate_call
+    monkeypatch.setattr(type(enc), "_rotate_call",
+                        lambda self, *a: (self is enc and seen.append(a)) or real(self, *a))
+    return seen
+
+
+@pytest.mark.parametrize("name", ["rotary", "mrope"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 1, 3)], ids=["decode", "batch"])
+def test_new_positions_of_a_kept_signature_are_not_validated_again(
+        backend: Any, name: str, shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    enc: Any = per.get_encoder(name, **OPTIONS[name])
+    rng = np.random.default_rng(0)
+    x = backend.from_numpy(rng.standard_normal((shape[0], 4, shape[2], 16)).astype(np.float32))
+    enc.rotate(x, backend.from_numpy(_ids(name, rng.integers(0, 900, shape))))
+    seen = _spy(enc, monkeypatch)
+    for step in range(4):  # a new positions array every call, as a decoding loop makes them
+        ids = _ids(name, rng.integers(0, 3000, shape))
+        got = enc.rotate(x, backend.from_numpy(ids))
+        want = per.get_encoder(name, **OPTIONS[name]).rotate(x, backend.from_numpy(ids))
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want),
+                                      err_msg=f"step {step}")
+    assert seen == []
+
+
+def test_numpy_positions_written_in_place_give_new_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy arrays carry no version: the signature is reused, the rows never are."""
+    enc: Any = per.get_encoder("rotary", dim=16)
+    x = np.random.default_rng(1).standard_normal((1, 4, 1, 16)).astype(np.float32)
+    ids = np.array([[[5]]])
+    first = enc.rotate(x, ids)
+    seen = _spy(enc, monkeypatch)
+    ids[...] = 700
+    want = per.get_encoder("rotary", dim=16).rotate(x, np.full((1, 1, 1), 700))
+    np.testing.assert_array_equal(enc.rotate(x, ids), want)
+    assert not np.array_equal(enc.rotate(x, ids), first) and seen == []
+
+
+def test_the_offset_range_is_still_checked(backend: Any) -> None:
+    """The one value validation depends on: an int offset's range."""
+    enc: Any = per.get_encoder("rotary", dim=8)
+    x = backend.from_numpy(np.ones((1, 2, 3, 8), np.float32))
+    enc.rotate(x, offset=5)
+    enc.rotate(x, offset=6)
+    with pytest.raises(ValueError, match=r"offset=9223372036854775806 .* would wrap"):
+        enc.rotate(x, offset=2**63 - 2)
+    with pytest.raises(ValueError, match=r"offset=-9223372036854775809"):
+        enc.rotate(x, offset=-(2**63) - 1)
+
+
+def test_any_other_signature_is_validated_in_full(backend: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    enc: Any = per.get_encoder("rotary", dim=8)
+    x = backend.from_numpy(np.ones((1, 2, 3, 8), np.float32))
+    enc.rotate(x, backend.from_numpy(np.arange(3)))
+    seen = _spy(enc, monkeypatch)
+    fresh = per.get_encoder("rotary", dim=8)
+    for ids in (np.arange(3, dtype=np.int32), np.arange(3).reshape(1, 3), np.arange(3.0)):
+        got = enc.rotate(x, backend.from_numpy(ids))
+        np.testing.assert_array_equal(backend.to_numpy(got),
+                                      backend.to_numpy(fresh.rotate(x, backend.from_numpy(ids))))
+    with pytest.raises(TypeError, match="positions must have"):
+        enc.rotate(x, backend.from_numpy(np.array([True, False, True])))
+    with pytest.raises(TypeError, match="no learned parameters"):
+        enc.rotate(x, backend.from_numpy(np.arange(3)), params={})
+    with pytest.raises(ValueError, match="only used with positions=None"):
+        enc.rotate(x, backend.from_numpy(np.arange(3)), offset=1)
+    # int32 is its own signature, unless the backend holds int64 as int32 (JAX without x64)
+    same = (backend.from_numpy(np.arange(3)).dtype
+            == backend.from_numpy(np.arange(3, dtype=np.int32)).dtype)
+    assert len(seen) == (5 if same else 6)
+
+
+class BoundedRotary(Rotary):
+    """A plugin that validates the positions' values: every call must reach it."""
+
+    name = "test-bounded-rotary"
+
+    def _positions(self, positions: Any, ctx: Any, what: str = "positions") -> Any:
+        positions = super()._positions(positions, ctx, what)
+        if int(ctx.xp.max(positions)) >= 100:
+            raise ValueError(f"{self.name}: positions must be < 100")
+        return positions
+
+
+def test_a_subclass_validating_values_sees_every_call(backend: Any) -> None:
+    enc = BoundedRotary(dim=8)
+    x = backend.from_numpy(np.ones((1, 2, 3, 8), np.float32))
+    for _ in range(2):
+        enc.rotate(x, backend.from_numpy(np.arange(3)))
+    with pytest.raises(ValueError, match="must be < 100"):
+        enc.rotate(x, backend.from_numpy(np.arange(3) + 98))
+
+
+@pytest.mark.parametrize("value", [-3, 2**22, 40])
+def test_a_decode_position_beyond_the_table_falls_back(backend: Any, value: int) -> None:
+    """The one-row read serves positions inside the position table; a negative position or
+    one beyond the table's budget is computed, with a fresh encoder's bits."""
+    enc: Any = per.get_encoder("rotary", dim=16)
+    x = backend.from_numpy(np.random.default_rng(2).standard_normal((1, 4, 1, 16))
+                           .astype(np.float32))
+    for v in (5, 6, value, 7):
+        ids = backend.from_numpy(np.full((1, 1, 1), v))
+        want = per.get_encoder("rotary", dim=16).rotate(x, ids)
+        np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x, ids)),
+                                      backend.to_numpy(want), err_msg=f"position {v}")
+
+
+def test_clear_caches_ends_the_signatures(backend: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    enc: Any = per.get_encoder("rotary", dim=8)
+    x = backend.from_numpy(np.ones((1, 2, 3, 8), np.float32))
+    enc.rotate(x, backend.from_numpy(np.arange(3)))
+    seen = _spy(enc, monkeypatch)
+    enc.rotate(x, backend.from_numpy(np.arange(3) + 1))
+    per.rope.clear_caches()
+    enc.rotate(x, backend.from_numpy(np.arange(3) + 2))
+    assert len(seen) == 1
+
+
+def test_decoding_in_inference_mode_keeps_nothing_training_cannot_use() -> None:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("rotary", dim=16)
+    x = torch.randn(1, 4, 1, 16)
+    with torch.inference_mode():
+        for p in range(3):
+            enc.rotate(x, torch.tensor([[[p]]]))
+    xg = x.clone().requires_grad_(True)
+    for p in (2, 3):  # the rows of position 2 were read last in inference mode
+        out = enc.rotate(xg, torch.tensor([[[p]]]))
+        out.sum().backward()
+        assert xg.grad is not None
+        want = per.get_encoder("rotary", dim=16).rotate(x, torch.tensor([[[p]]]))
+        torch.testing.assert_close(out.detach(), want, rtol=0, atol=0)
