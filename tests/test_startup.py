@@ -89,6 +89,8 @@ def test_the_call_machinery_is_imported_by_the_first_call() -> None:
         "enc = peregistry.get_encoder('rotary', dim=8)\n"
         f"before = [k for k in {CALL_ONLY!r} if k in sys.modules]\n"
         "y = enc.rotate(np.ones((3, 8)))\n"
+        "last = peregistry.get_encoder('rotary', dim=8, rotary_dim=4, rotary_features='last')\n"
+        "last.rotate(np.ones((3, 8)))  # the path through rotate_features\n"
         "cos, sin = enc.cos_sin(np.arange(3))\n"
         "tables = enc.tables(np.arange(3))\n"
         "import peregistry.rope._apply as a, peregistry.rope._delegation as d\n"

@@ -343,8 +343,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
         kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
               "last": self._rotary_last(), "native": native, "text": positions is None}
-        call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
-        return rotate_split(call.x, cos, sin, cdt=call.cdt, xp=call.ctx.xp, **kw)
+        x, call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
+        return rotate_split(x, cos, sin, cdt=call.cdt, xp=call.ctx.xp, **kw)
 
 
 @hookimpl

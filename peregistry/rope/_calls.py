@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..encoders.context import own_methods
-from ._funcs import broadcasts_into
 from ._table_cache import SHARED, Tables, kept_rows, one_row
 
 if TYPE_CHECKING:
@@ -45,7 +44,9 @@ __all__ = ["CALLS_KEPT", "Call", "recall", "remember"]
 #: How many eager ``rotate`` calls an encoder keeps in each memory (q and k of a layer, spares).
 CALLS_KEPT = 4
 
-#: The methods validation of ``rotate`` calls; a subclass overriding one must see every call.
+_UNKNOWN: Any = object()  # remember(): the token reader is still to be looked up
+
+#: The methods that validate a ``rotate`` call: a subclass overriding one must see every call.
 _VALIDATION = ("_rotate_call", "_context", "_positions", "_check_params", "_check_seq_len",
                "_check_offset_range")
 
@@ -70,15 +71,27 @@ def _same_rotation_shape(shape: tuple[int, ...], seen: tuple[int, ...],
     """Whether ``x`` of ``shape`` rotates by the tables of a validated call with ``x`` of shape
     ``seen``: the same shape, or (k after q, fewer heads) the same rank, sequence and head dim
     (all the validation and the tables read of ``x``) with the tables broadcasting into it."""
-    return shape == seen or (len(shape) == len(seen) >= 2 and shape[-2:] == seen[-2:]
-                             and broadcasts_into(tuple(table[:-1]), shape[:-1]))
+    if shape == seen:
+        return True
+    if len(shape) != len(seen) or len(shape) < 2 or shape[-2:] != seen[-2:]:
+        return False
+    batch = tuple(table[:-1])
+    if len(batch) > len(shape) - 1:
+        return False
+    # broadcasts_into(batch, shape[:-1]) without its generator's frames: every k after q
+    for n, m in zip(reversed(batch), reversed(shape[:-1]), strict=False):  # noqa: SIM110
+        if n != 1 and n != m:
+            return False
+    return True
 
 
 def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
            seq_len: int | None) -> tuple[Call, Tables | None] | None:
-    """This call, validated already by a kept one: with the kept tables for the same call, with
-    None for the same signature (its tables are still to be found); None otherwise, and always
-    inside a trace (checked first: a tracer must not read the memories)."""
+    """This call, validated already by a kept one: ``(kept call, tables)`` for the same call
+    (the kept call's ``x`` is None: rotate this call's), ``(call, rows)`` for a decode step's
+    one position of a kept signature, ``(call, None)`` for the same signature otherwise (its
+    tables still to be found); None otherwise, and always inside a trace (checked first: a
+    tracer must not read the memories)."""
     cache = enc._table_cache
     if type(offset) is not int or not (cache.last_calls or cache.signatures):
         return None
@@ -86,7 +99,7 @@ def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
     if backend is None or backend.is_tracing(x):
         return None
     shape, generation = tuple(x.shape), SHARED.generation
-    for pos, off, xtype, dtype, xshape, device, token, reader, sl, gen, tables, ctx, cdt, spec in (
+    for pos, off, xtype, dtype, xshape, device, token, reader, sl, gen, tables, call in (
             cache.last_calls):
         if (positions is not pos or offset != off or type(x) is not xtype or x.dtype != dtype
                 or sl != seq_len or gen != generation
@@ -97,7 +110,7 @@ def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
             break  # written in place since: validated still, but new tables
         if backend.device(x) != device:
             continue
-        return Call(ctx, x, positions, offset, sl, False, cdt, spec), tables
+        return call, tables
     return _signature_call(enc, backend, x, shape, positions, offset, seq_len)
 
 
@@ -114,7 +127,7 @@ def _signature_call(enc: RotaryEncoder, backend: Any, x: Any, shape: tuple[int, 
     else:
         psig = (type(positions), positions.dtype, tuple(positions.shape))
     generation = SHARED.generation
-    for xtype, dtype, xshape, sig, sl, gen, ctx, cdt, spec, row in kept:
+    for xtype, dtype, xshape, sig, sl, gen, ctx, cdt, spec, row, reader in kept:
         if (type(x) is not xtype or x.dtype != dtype or shape != xshape or sig != psig
                 or sl != seq_len or gen != generation):
             continue
@@ -129,21 +142,24 @@ def _signature_call(enc: RotaryEncoder, backend: Any, x: Any, shape: tuple[int, 
         if row:  # one position that read a row of the position table before: read its row
             rows = one_row(enc, positions, ctx=ctx, cdt=cdt)
             if rows is not None:
-                remember(enc, positions, offset, seq_len, call=call, tables=rows, validated=False)
+                remember(enc, positions, offset, seq_len, call=call, tables=rows, validated=False,
+                         reader=reader)
                 return call, rows
         return call, None
     return None
 
 
 def remember(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | None, *,
-             call: Call, tables: Tables, validated: bool) -> None:
+             call: Call, tables: Tables, validated: bool, reader: Any = _UNKNOWN) -> None:
     """Keep what an eager ``rotate`` call was, for :func:`recall`: its tables by the positions
     object and its values token or the int offset (not for positions that can change unseen:
     NumPy arrays, Python sequences; nor torch inference tensors); and, if ``validated`` now
     (by the full path), its signature (the class, dtype, shape and device of ``x`` and of the
     positions, or an int offset; ``seq_len``) with the :class:`~..encoders.base.Ctx` and dtype
-    validation found."""
+    validation found. ``reader``: the positions' :func:`._delegation.token_reader`, if known."""
     ctx = call.ctx
+    if reader is _UNKNOWN:
+        reader = _delegation.token_reader(ctx.xp)
     if call.tracing or type(offset) is not int:
         return
     if validated and positions is not None and (
@@ -162,16 +178,17 @@ def remember(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | Non
         row = (psig is not None and len(psig[2]) > 0 and last is not None and last[5] is tables
                and last[1] == 1)
         entry = (type(x), x.dtype, tuple(x.shape), psig, seq_len, generation, ctx, call.cdt,
-                 call.spec, row)
+                 call.spec, row, reader)
         cache.signatures = (entry, *cache.signatures[:CALLS_KEPT - 1])
     if not (kept_rows(cache, tables) or _delegation.cacheable(tables[0], ctx=ctx)):
         return
-    token = reader = None
+    token = None
     if positions is not None:
-        reader = _delegation.token_reader(ctx.xp)
         token = None if reader is None else reader(positions)
         if token is None:
             return
+    # the call without its x, which may hold a graph (and is not the next call's x)
+    bare = Call(ctx, None, positions, offset, seq_len, False, call.cdt, call.spec)
     kept = (positions, offset, type(x), x.dtype, tuple(x.shape), ctx.device, token, reader,
-            seq_len, generation, tables, ctx, call.cdt, call.spec)  # never x itself: it may hold a graph
+            seq_len, generation, tables, bare)
     cache.last_calls = (kept, *cache.last_calls[:CALLS_KEPT - 1])

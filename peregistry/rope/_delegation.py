@@ -43,6 +43,7 @@ __all__ = [
     "half_cos_sin",
     "int_bounds",
     "materialize",
+    "read_one",
     "reads_cheaply",
     "rotate",
     "token_reader",
@@ -64,12 +65,13 @@ def _is_torch(xp: Any) -> bool:
 
 
 def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
-           xp: Any, native: bool = True) -> Any:
+           xp: Any, native: bool = True, eager: bool = False) -> Any:
     """Rotate the pairs of ``x`` by half-width tables ``cos``/``sin`` (of dtype ``cdt``, which
     the rotation runs in); the result has ``x``'s dtype. ``native=False`` forces the generic
-    rotation (the reference)."""
+    rotation (the reference). ``eager``: the caller found ``x`` no tracer (nothing compiles)."""
     if native and getattr(xp, "__name__", None) in _TORCH_NAMES:  # _is_torch, inline: hot
-        return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
+        return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
+                             eager=eager)
     if (_is_jax(xp) and cdt in (xp.float32, xp.float64)
             and not any(_is_tracer(a) for a in (x, cos, sin))):
         # Eager: one program per shape instead of one per operation, with the same bits. The
@@ -147,6 +149,18 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     if ctx.backend.is_tracing(lo):  # JAX stages even operations on concrete arrays in a trace
         return None
     return int(lo), int(hi)
+
+
+def read_one(x: Any, *, ctx: Ctx) -> int | None:
+    """The value of a one-element integer array that no trace holds (the caller checked), as a
+    Python int; None if an enclosing trace stages reading it (JAX stages even operations on
+    concrete arrays inside ``jax.jit``)."""
+    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
+        return int(x)  # an eager tensor of one element, any shape: no staging, no reshape
+    one = ctx.xp.reshape(x, ())
+    if ctx.backend.is_tracing(one):
+        return None
+    return int(one)
 
 
 def wide_int(xp: Any) -> Any:

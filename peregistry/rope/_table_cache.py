@@ -337,11 +337,10 @@ def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | Non
     """The position table's row ``(1, half)`` at the one position of an eager integer ``pos``
     that is read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos``
     does. None if the position is out of the table's reach, or staged by an enclosing trace."""
-    one = ctx.xp.reshape(pos, ())
-    if ctx.backend.is_tracing(one):
+    p = _delegation.read_one(pos, ctx=ctx)
+    if p is None or p < 0:
         return None
-    p = int(one)  # not staged: neither are the slices of the table
-    return table_rows(enc, p, 1, ctx=ctx, cdt=cdt, eager=True) if p >= 0 else None
+    return table_rows(enc, p, 1, ctx=ctx, cdt=cdt, eager=True)  # not staged: nor are slices
 
 
 def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,

@@ -134,7 +134,8 @@ def int_bounds(x: Any) -> tuple[int, int] | None:
 
 
 # -- the rotation --------------------------------------------------------------------------------
-def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) -> Any:
+def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
+           eager: bool = False) -> Any:
     """Torch rotation, bit for bit Hugging Face's ``q·cos + rotate_half(q)·sin``.
 
     Under ``torch.compile`` (or with autograd) the plain expression, which inductor fuses into
@@ -145,7 +146,8 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool) ->
 
     # The common case first, in few calls (it is paid on every layer of every decode step): a
     # plain tensor, eager, outside torch.func transforms, where no tensor can be a wrapper.
-    plain = (type(x) is torch.Tensor and not torch.compiler.is_compiling()
+    # ``eager``: the caller's is_tracing(x) saw that nothing compiles.
+    plain = (type(x) is torch.Tensor and (eager or not torch.compiler.is_compiling())
              and torch._C._functorch.peek_interpreter_stack() is None)
     if not plain:
         if _is_dtensor(x):

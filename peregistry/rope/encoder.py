@@ -44,6 +44,8 @@ else:  # what only a call needs, imported by the first call (peregistry/_lazy.py
 
 __all__ = ["RotaryEncoder"]
 
+_UNASKED: Any = object()  # _validated_tables: the caller has not asked recall() yet
+
 
 class RotaryEncoder(Encoder):
     """Rotates query/key features by position-dependent angles (RoPE and relatives).
@@ -230,21 +232,32 @@ class RotaryEncoder(Encoder):
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares framework fast paths with)."""
-        call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
+        kept = None if params is not None else recall(self, x, positions, offset, seq_len)
+        if kept is not None and kept[1] is not None:  # validated before, tables known
+            call, (cos, sin) = kept[0], kept[1]
+        else:
+            x, call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len,
+                                                         kept=kept)
         assert call.spec is not None  # set by _validated_tables
         rd, interleaved, last = call.spec
-        return rotate_features(call.x, cos, sin, rotary_dim=rd, interleaved=interleaved,
-                               last=last, cdt=call.cdt, xp=call.ctx.xp, native=native)
+        if not last:  # rotate_features' first case, one call fewer (paid by every layer)
+            return _delegation.rotate(x, cos, sin, rotary_dim=rd, interleaved=interleaved,
+                                      cdt=call.cdt, xp=call.ctx.xp, native=native,
+                                      eager=not call.tracing)
+        return rotate_features(x, cos, sin, rotary_dim=rd, interleaved=interleaved, last=last,
+                               cdt=call.cdt, xp=call.ctx.xp, native=native)
 
     def _validated_tables(self, x: Any, positions: Any, offset: Any,
-                          params: Mapping[str, Any] | None,
-                          seq_len: int | None) -> tuple[Call, tuple[Any, Any]]:
-        """The validated call (its ``spec`` set) and its half-width tables: from a kept call
-        where this one repeats it (:mod:`._calls`), else validated (:meth:`_rotate_call`) and
-        looked up."""
-        kept = None if params is not None else recall(self, x, positions, offset, seq_len)
-        if kept is not None and kept[1] is not None:  # validated, tables known (and kept)
-            return kept[0], kept[1]
+                          params: Mapping[str, Any] | None, seq_len: int | None, *,
+                          kept: Any = _UNASKED) -> tuple[Any, Call, tuple[Any, Any]]:
+        """``(x, call, tables)``: ``x`` as validated (a Python sequence made an array), the
+        validated call (its ``spec`` set) and its half-width tables: from a kept call where this
+        one repeats it (:func:`._calls.recall`, unless the caller asked already: ``kept``),
+        else validated (:meth:`_rotate_call`) and looked up."""
+        if kept is _UNASKED:
+            kept = None if params is not None else recall(self, x, positions, offset, seq_len)
+            if kept is not None and kept[1] is not None:  # validated before, tables known
+                return x, kept[0], kept[1]
         call = self._rotate_call(x, positions, offset, params, seq_len) if kept is None else kept[0]
         if call.spec is None:
             call.spec = (self._rotary_dim(), self._interleaved(), self._rotary_last())
@@ -252,7 +265,7 @@ class RotaryEncoder(Encoder):
         if params is None:
             remember(self, positions, offset, seq_len, call=call, tables=tables,
                      validated=kept is None)
-        return call, tables
+        return call.x, call, tables
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
                      params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
