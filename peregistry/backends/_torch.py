@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,7 +134,7 @@ class TorchBackend(Backend):
         """Advanced indexing with N-d indices: one op, where the standard's 1-D ``take`` needs a
         flatten, a ``take`` (array-api-compat's also normalizes negative indices) and a
         reshape; it matters for a decode step's gather of two table rows."""
-        import torch
+        torch = sys.modules["torch"]  # asked on every gather: a dict read, not an import
 
         if idx.dtype not in (torch.int64, torch.int32):  # uint8/bool would index as a mask
             idx = idx.to(torch.int64)
@@ -147,7 +148,7 @@ class TorchBackend(Backend):
         return table[idx] if axis == 0 else table[:, idx]
 
     def is_tracing(self, x: Any) -> bool:
-        import torch
+        torch = sys.modules["torch"]  # asked on every call: a dict read, not an import
 
         if torch.compiler.is_compiling():
             return True

@@ -314,11 +314,12 @@ class TransformerXL(RememberedEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp, f64 = ctx.xp, ctx.has_float64
-        if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
+        if xp.isdtype(q.dtype, "integral") and (k.dtype == q.dtype
+                                                or xp.isdtype(k.dtype, "integral")):
             idt = index_dtype(ctx)  # q - k, exact in integers
             q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
-            if f64 and _size(q) * _size(k) < _BY_DISTANCE_MIN_PAIRS:  # (..., Q, K, 1) at once
-                return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)
+            if f64 and math.prod(q.shape) * math.prod(k.shape) < _BY_DISTANCE_MIN_PAIRS:
+                return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
             rel = q[..., :, None] - k[..., None, :]
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
@@ -338,10 +339,10 @@ class TransformerXL(RememberedEmbedding):
         """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
         float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
         per backend, device and dtype."""
-        omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide, ctx=ctx,
-                               like=rel)
+        freqs = self._cache["freqs"]
+        omega = eager_constant(self, "omega_arrays", freqs.omega, ctx.wide, ctx=ctx, like=rel)
         # rel (..., 1) broadcasts against ω as one position per pair would
-        cos, sin = cos_sin(rel, self.frequencies, ctx=ctx, per_pair=True, omega=omega)
+        cos, sin = cos_sin(rel, freqs, ctx=ctx, per_pair=True, omega=omega)
         return ctx.xp.concat((sin, cos), axis=-1)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:

@@ -94,9 +94,16 @@ class RememberedEmbedding(RememberedPairs, RelativeEmbedding):
 _VALIDATION = ("_context", "_positions", "_check_params", "_output_dtype")
 
 
+_OWN_VALIDATION: dict[type, bool] = {}
+
+
 def _own_validation(cls: type) -> bool:
-    """Whether ``cls`` validates with peregistry's own methods only (answered once per class)."""
-    return own_methods(cls, _VALIDATION)
+    """Whether ``cls`` validates with peregistry's own methods only (answered once per class,
+    asked on every call)."""
+    known = _OWN_VALIDATION.get(cls)
+    if known is None:
+        known = _OWN_VALIDATION[cls] = own_methods(cls, _VALIDATION)
+    return known
 
 
 def _remember(enc: Encoder, sig: tuple[Any, ...], ctx: Ctx, out_dtype: Any) -> None:

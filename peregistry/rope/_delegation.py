@@ -212,7 +212,7 @@ def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
     ``minimum(maximum(...))`` give the same integers in one kernel each, where array-api-compat's
     ``clip`` (broadcasting and dtype checks: 11 µs on NumPy) and its ``where`` with a Python
     scalar (3–7 µs on torch) cost more than the arithmetic of a small call."""
-    if _is_torch(xp):
+    if getattr(xp, "__name__", None) in _TORCH_NAMES:  # _is_torch, inline: every T5 call
         return _torch.clamp_int(d, low, high)
     if getattr(xp, "__name__", None) in _NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)
         import numpy as np

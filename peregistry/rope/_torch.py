@@ -118,9 +118,7 @@ def values_token(x: Any) -> int | None:
 def clamp_int(d: Any, low: int, high: int) -> Any:
     """``torch.clamp`` of an integer tensor by Python ints: one kernel (traceable, and fine
     under torch.func transforms)."""
-    import torch
-
-    return torch.clamp(d, low, high)
+    return sys.modules["torch"].clamp(d, low, high)  # a dict read, not an import
 
 
 def int_bounds(x: Any) -> tuple[int, int] | None:
@@ -142,7 +140,7 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     one kernel. Eager: the C kernel where it applies, else ``out=`` ops into one preallocated
     output (blocked for large inputs, see :func:`_rotate_blocked`).
     """
-    import torch
+    torch = sys.modules["torch"]  # imported (x is a tensor); a dict read, not an import
 
     # The common case first, in few calls (it is paid on every layer of every decode step): a
     # plain tensor, eager, outside torch.func transforms, where no tensor can be a wrapper.
@@ -317,7 +315,7 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     switched off, not a CPU tensor, not C-contiguous, a dtype it lacks, tables that need more
     than broadcasting). ``plain``: the caller has seen that no torch.func transform runs and
     nothing compiles, so a tensor of the exact class ``torch.Tensor`` is no wrapper."""
-    import torch
+    torch = sys.modules["torch"]  # imported (x is a tensor); a dict read, not an import
 
     kernel = KERNEL.module  # load_kernel(), inline: hot
     if kernel is UNLOADED:
