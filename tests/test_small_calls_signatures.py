@@ -164,3 +164,37 @@ def test_decoding_in_inference_mode_keeps_nothing_training_cannot_use() -> None:
         assert xg.grad is not None
         want = per.get_encoder("rotary", dim=16).rotate(x, torch.tensor([[[p]]]))
         torch.testing.assert_close(out.detach(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mrope", "axial"])
+def test_a_decoded_text_token_reads_the_position_table(backend: Any, name: str) -> None:
+    """Multi-axis ids of one token with every axis at p (text, while decoding) are row p of the
+    position table; an image token's ids (axes differ) are computed; every result has a fresh
+    encoder's bits, whatever came before (text after image after text)."""
+    opts = OPTIONS["mrope"] if name == "mrope" else {"dim": 16, "sections": (4, 4, 0)}
+    enc: Any = per.get_encoder("mrope", **opts)
+    x = backend.from_numpy(np.random.default_rng(3).standard_normal((1, 4, 1, 16))
+                           .astype(np.float32))
+    enc.rotate(x, offset=1000)  # the position table exists: its rows serve text decode steps
+    for axes in ([7, 7, 7], [8, 3, 5], [9, 9, 9], [10, 10, 10], [11, 2, 2], [12, 12, 12]):
+        ids = backend.from_numpy(np.array(axes).reshape(3, 1, 1))
+        got = enc.rotate(x, ids)
+        read = enc._table_cache.last_rows
+        assert (read is not None and read[0] == axes[0]) == (len(set(axes)) == 1), axes
+        want = per.get_encoder("mrope", **opts).rotate(x, ids)
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want),
+                                      err_msg=str(axes))
+
+
+def test_multi_axis_tables_keep_the_pair_axis_contiguous() -> None:
+    """The tables M-RoPE computes are (..., pairs) in order, the layout torch's C kernel takes
+    (a pair-major layout made every M-RoPE rotation take the slower out= operations)."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
+    tables = enc.tables(torch.randint(0, 900, (3, 2, 7)))
+    assert tables.cos.is_contiguous() and tables.sin.is_contiguous()
+    enc.rotate(torch.randn(1, 4, 1, 16), offset=5)
+    rows = enc._table_cache.last_rows[5]
+    assert rows[0].stride()[-1] == 1 and rows[1].stride()[-1] == 1

@@ -150,13 +150,16 @@ def _signature_call(enc: RotaryEncoder, backend: Any, x: Any, shape: tuple[int, 
 
 
 def remember(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | None, *,
-             call: Call, tables: Tables, validated: bool, reader: Any = _UNKNOWN) -> None:
+             call: Call, tables: Tables, validated: bool, reader: Any = _UNKNOWN,
+             recalled: bool = False) -> None:
     """Keep what an eager ``rotate`` call was, for :func:`recall`: its tables by the positions
     object and its values token or the int offset (not for positions that can change unseen:
     NumPy arrays, Python sequences; nor torch inference tensors); and, if ``validated`` now
     (by the full path), its signature (the class, dtype, shape and device of ``x`` and of the
     positions, or an int offset; ``seq_len``) with the :class:`~..encoders.base.Ctx` and dtype
-    validation found. ``reader``: the positions' :func:`._delegation.token_reader`, if known."""
+    validation found. ``reader``: the positions' :func:`._delegation.token_reader`, if known.
+    ``recalled``: the call came by a kept signature that read no row; if it read one now, the
+    signature says so from now on (a decode of text tokens after an image token's)."""
     ctx = call.ctx
     if reader is _UNKNOWN:
         reader = _delegation.token_reader(ctx.xp)
@@ -168,18 +171,20 @@ def remember(enc: RotaryEncoder, positions: Any, offset: Any, seq_len: int | Non
         return  # a Python sequence, or made an array of another backend (a recalled call's
         # positions are an array of x's backend, not traced: recall checked)
     x, cache, generation = call.x, enc._table_cache, SHARED.generation
-    if validated and own_methods(type(enc), _VALIDATION):
+    if (validated and own_methods(type(enc), _VALIDATION)) or recalled:
         psig = (None if positions is None
                 else (type(positions), positions.dtype, tuple(positions.shape)))
-        # A decode step's one position, served by a row of the position table (whose checks
-        # of the positions' dtype, shape and device this signature passed): the next such
-        # call reads its row directly.
+        # A decode step's one token, served by a row of the position table (whose checks of
+        # the positions' dtype, shape and device this signature passed): the next such call
+        # reads its row directly.
         last = cache.last_rows
         row = (psig is not None and len(psig[2]) > 0 and last is not None and last[5] is tables
                and last[1] == 1)
-        entry = (type(x), x.dtype, tuple(x.shape), psig, seq_len, generation, ctx, call.cdt,
-                 call.spec, row, reader)
-        cache.signatures = (entry, *cache.signatures[:CALLS_KEPT - 1])
+        if validated or row:
+            key = (type(x), x.dtype, tuple(x.shape), psig, seq_len)
+            entry = (*key, generation, ctx, call.cdt, call.spec, row, reader)
+            others = tuple(e for e in cache.signatures if e[:5] != key)
+            cache.signatures = (entry, *others[:CALLS_KEPT - 1])
     if not (kept_rows(cache, tables) or _delegation.cacheable(tables[0], ctx=ctx)):
         return
     token = None

@@ -23,6 +23,7 @@ importing the engine imports no framework.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -43,9 +44,11 @@ __all__ = [
     "half_cos_sin",
     "int_bounds",
     "materialize",
+    "read_ints",
     "read_one",
     "reads_cheaply",
     "rotate",
+    "take_last",
     "token_reader",
     "values_token",
     "wide_int",
@@ -161,6 +164,26 @@ def read_one(x: Any, *, ctx: Ctx) -> int | None:
     if ctx.backend.is_tracing(one):
         return None
     return int(one)
+
+
+def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
+    """``x`` indexed along its last axis by a 1-D index of non-negative integers: one
+    operation (array-api-compat's torch ``take`` first maps negative indices, three more)."""
+    if getattr(xp, "__name__", None) in _TORCH_NAMES:
+        return sys.modules["torch"].index_select(x, x.ndim - 1, idx)
+    return xp.take(x, idx, axis=x.ndim - 1)
+
+
+def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
+    """The values of a small integer array that no trace holds (the caller checked), flattened,
+    as Python ints; None if an enclosing trace stages reading them."""
+    name = getattr(ctx.xp, "__name__", None)
+    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+        return x.reshape(-1).tolist()  # type: ignore[no-any-return]  # Python ints already
+    flat = ctx.xp.reshape(x, (-1,))
+    if ctx.backend.is_tracing(flat):
+        return None
+    return [int(flat[i]) for i in range(int(flat.shape[0]))]
 
 
 def wide_int(xp: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -44,11 +45,14 @@ Tables = tuple[Any, Any]
 @dataclass(frozen=True, slots=True)
 class TableUse:
     """For a rotary encoder class: whether rows ``o .. o+seq-1`` of the position table are the
-    tables of ``positions=None, offset=o`` (``offset_rows``), and whether integer position ids
-    index the position table (``position_ids``)."""
+    tables of ``positions=None, offset=o`` (``offset_rows``), whether integer position ids
+    index the position table (``position_ids``), and whether one token's multi-axis ids with
+    every axis at one position ``p`` (a text token) are its row ``p`` (``text_ids``: decided by
+    :class:`~.scaled.MultiAxisRotary`)."""
 
     offset_rows: bool
     position_ids: bool
+    text_ids: bool = False
 
     @classmethod
     def of(cls, klass: type[RotaryEncoder], base: type[RotaryEncoder]) -> TableUse:
@@ -334,10 +338,16 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
 
 
 def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
-    """The position table's row ``(1, half)`` at the one position of an eager integer ``pos``
-    that is read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos``
-    does. None if the position is out of the table's reach, or staged by an enclosing trace."""
-    p = _delegation.read_one(pos, ctx=ctx)
+    """The position table's row ``(1, half)`` for the positions of one token, eager, integer and
+    read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos`` does.
+    Position ids: the row at their one value; multi-axis ids (``text_ids``): the row at ``p``
+    if every axis is at ``p`` (a text token). None otherwise, if the position is out of the
+    table's reach, or if an enclosing trace stages reading it."""
+    if type(enc)._table_use.position_ids:
+        p = _delegation.read_one(pos, ctx=ctx)
+    else:
+        axes = _delegation.read_ints(pos, ctx=ctx) if type(enc)._table_use.text_ids else None
+        p = axes[0] if axes and min(axes) == max(axes) else None  # else an image token
     if p is None or p < 0:
         return None
     return table_rows(enc, p, 1, ctx=ctx, cdt=cdt, eager=True)  # not staged: nor are slices
@@ -389,6 +399,20 @@ def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: C
         return None
     cos, sin = table
     return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
+
+
+def text_row(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
+             cdt: Any) -> Tables | None:
+    """Multi-axis integer ``pos`` ``(num_axes, 1, ..., 1)`` of one text token (every axis at
+    one position, a decode step): the position table's row there (see :func:`one_row`); None
+    for any other positions (the caller computes)."""
+    xp = ctx.xp
+    shape = tuple(pos.shape)
+    if (len(shape) < 2 or math.prod(shape[1:]) != 1 or pos.dtype not in (xp.int32, xp.int64)
+            or not broadcasts_into(shape[1:], xshape[:-1])
+            or not _delegation.reads_cheaply(pos, xp=xp)):
+        return None
+    return one_row(enc, pos, ctx=ctx, cdt=cdt)
 
 
 def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Tables | None:

@@ -22,7 +22,15 @@ from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from ._calls import Call, recall, remember
 from ._funcs import Layout, broadcasts_into, full_width
-from ._table_cache import OffsetKey, TableCache, TableUse, cos_sin_rows, gather_rows, table_rows
+from ._table_cache import (
+    OffsetKey,
+    TableCache,
+    TableUse,
+    cos_sin_rows,
+    gather_rows,
+    table_rows,
+    text_row,
+)
 
 if TYPE_CHECKING:
     from . import _delegation
@@ -264,7 +272,7 @@ class RotaryEncoder(Encoder):
         tables = self._rotation_tables(call)
         if params is None:
             remember(self, positions, offset, seq_len, call=call, tables=tables,
-                     validated=kept is None)
+                     validated=kept is None, recalled=kept is not None)
         return call.x, call, tables
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
@@ -359,6 +367,10 @@ class RotaryEncoder(Encoder):
             gathered = gather_rows(self, pos, xshape, ctx=ctx, cdt=cdt)
             if gathered is not None:
                 return gathered
+        elif not call.tracing and type(self)._table_use.text_ids:
+            row = text_row(self, pos, xshape, ctx=ctx, cdt=cdt)
+            if row is not None:
+                return row
         batch = self._position_batch_shape(pos)
         if not broadcasts_into(batch, xshape[:-1]):
             raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "

@@ -9,12 +9,14 @@ module, plus an entry point; see ``docs/plugins.md``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import _lazy
 from .._options import freeze, thaw
 from ._angles import Frequencies, cos_sin
 from ._funcs import inv_freq
@@ -22,7 +24,14 @@ from .encoder import RotaryEncoder
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
+    from . import _delegation
     from .scalings import RopeScaling
+else:  # imported by the first call that needs it (peregistry/_lazy.py)
+    def _load_delegation():
+        from . import _delegation
+        return _delegation
+
+    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
 
 __all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
 
@@ -187,10 +196,11 @@ def pair_cos_sin(positions: Any, axis_of_pair: tuple[int, ...], freqs: Frequenci
     ``ctx.wide`` on a backend with float64), as a caller that keeps them passes them."""
     xp = ctx.xp
     idx = xp.asarray(list(axis_of_pair), device=ctx.device) if arrays is None else arrays[0]
-    pair_pos = xp.take(positions, idx, axis=0)  # (pairs, *batch)
-    nd = pair_pos.ndim
-    if nd > 1:
-        pair_pos = xp.permute_dims(pair_pos, (*range(1, nd), 0))
+    nd = positions.ndim
+    if nd > 1:  # (*batch, num_axes), a view: the gather then writes (*batch, pairs) in order,
+        # the layout the tables keep (a pair-major one would keep torch's kernel from them)
+        positions = xp.permute_dims(positions, (*range(1, nd), 0))
+    pair_pos = _delegation.take_last(positions, idx, xp=xp)  # (*batch, pairs)
     return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True,
                    omega=None if arrays is None else arrays[1])
 
@@ -209,6 +219,15 @@ class MultiAxisRotary(RotaryEncoder):
     __slots__ = ()
     _offset_rows_are_positions = True  # text positions: one position per token, on every axis
     _compile_hook_eagerly = True  # _half_cos_sin reads no values
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Keeping these default positions (every axis at the token's position) and batch
+        # shape, a decoded text token's ids (p, ..., p) are row p of the position table.
+        owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
+        if (owner is MultiAxisRotary and cls._table_use.offset_rows
+                and cls._position_batch_shape is MultiAxisRotary._position_batch_shape):
+            cls._table_use = dataclasses.replace(cls._table_use, text_ids=True)
 
     @property
     def num_axes(self) -> int:
