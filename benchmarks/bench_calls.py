@@ -141,6 +141,17 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
     mro: Any = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
     mids = asarray(np.full((3, 1, 1), 5))
     yield "mrope.rotate(x, position_ids)", lambda: mro.rotate(x, mids), lambda: hand_rope(x, ids3)
+    # a decode step: a new position ids array every call (a new position, or the same one)
+    steps = itertools.cycle([asarray(np.full((1, 1, 1), 100 + i)) for i in range(64)])
+    yield ("rotary.rotate(x, new ids each call)", lambda: rot.rotate(x, next(steps)),
+           lambda: hand_rope(x, ids3))
+    text = itertools.cycle([asarray(np.full((3, 1, 1), 100 + i)) for i in range(64)])
+    yield ("mrope.rotate(x, new text ids each)", lambda: mro.rotate(x, next(text)),
+           lambda: hand_rope(x, ids3))
+    image = itertools.cycle([asarray(np.array([100, 3 + i % 7, i % 5]).reshape(3, 1, 1))
+                             for i in range(64)])
+    yield ("mrope.rotate(x, new image ids each)", lambda: mro.rotate(x, next(image)),
+           lambda: hand_rope(x, ids3))
     pos = asarray(np.arange(8))
     fpos = asarray(np.arange(8, dtype=np.float32))
     from peregistry.bench import _hand

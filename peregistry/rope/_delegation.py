@@ -160,6 +160,9 @@ def read_one(x: Any, *, ctx: Ctx) -> int | None:
     concrete arrays inside ``jax.jit``)."""
     if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
         return int(x)  # an eager tensor of one element, any shape: no staging, no reshape
+    if _is_jax(ctx.xp):
+        values = _jax.read_ints(x)
+        return None if values is None else values[0]
     one = ctx.xp.reshape(x, ())
     if ctx.backend.is_tracing(one):
         return None
@@ -180,6 +183,8 @@ def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
     name = getattr(ctx.xp, "__name__", None)
     if name in _TORCH_NAMES or name in _NUMPY_NAMES:
         return x.reshape(-1).tolist()  # type: ignore[no-any-return]  # Python ints already
+    if _is_jax(ctx.xp):
+        return _jax.read_ints(x)
     flat = ctx.xp.reshape(x, (-1,))
     if ctx.backend.is_tracing(flat):
         return None
