@@ -169,7 +169,8 @@ def test_decoding_in_inference_mode_keeps_nothing_training_cannot_use() -> None:
 @pytest.mark.parametrize("name", ["mrope", "axial"])
 def test_a_decoded_text_token_reads_the_position_table(backend: Any, name: str) -> None:
     """Multi-axis ids of one token with every axis at p (text, while decoding) are row p of the
-    position table; an image token's ids (axes differ) are computed; every result has a fresh
+    position table (but on JAX: see _delegation.rows_pay_off); an image token's ids (axes
+    differ) are computed; every result has a fresh
     encoder's bits, whatever came before (text after image after text)."""
     opts = OPTIONS["mrope"] if name == "mrope" else {"dim": 16, "sections": (4, 4, 0)}
     enc: Any = per.get_encoder("mrope", **opts)
@@ -180,7 +181,9 @@ def test_a_decoded_text_token_reads_the_position_table(backend: Any, name: str) 
         ids = backend.from_numpy(np.array(axes).reshape(3, 1, 1))
         got = enc.rotate(x, ids)
         read = enc._table_cache.last_rows
-        assert (read is not None and read[0] == axes[0]) == (len(set(axes)) == 1), axes
+        # (not on eager JAX, where computing one position's row costs less than slicing it)
+        rows = len(set(axes)) == 1 and backend.name != "jax"
+        assert (read is not None and read[0] == axes[0]) == rows, axes
         want = per.get_encoder("mrope", **opts).rotate(x, ids)
         np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want),
                                       err_msg=str(axes))

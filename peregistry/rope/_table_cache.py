@@ -343,6 +343,8 @@ def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | Non
     Position ids: the row at their one value; multi-axis ids (``text_ids``): the row at ``p``
     if every axis is at ``p`` (a text token). None otherwise, if the position is out of the
     table's reach, or if an enclosing trace stages reading it."""
+    if not _delegation.rows_pay_off(ctx.xp):
+        return None
     if type(enc)._table_use.position_ids:
         p = _delegation.read_one(pos, ctx=ctx)
     else:
