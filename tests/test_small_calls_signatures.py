@@ -201,3 +201,21 @@ def test_multi_axis_tables_keep_the_pair_axis_contiguous() -> None:
     enc.rotate(torch.randn(1, 4, 1, 16), offset=5)
     rows = enc._table_cache.last_rows[5]
     assert rows[0].stride()[-1] == 1 and rows[1].stride()[-1] == 1
+
+
+def test_one_encoder_serving_two_frameworks_at_one_offset() -> None:
+    """The remembered rows are per framework: the same offset asked by NumPy and then by
+    array-api-strict (whose dtypes warn when compared with NumPy's) gives each its own rows."""
+    xps = pytest.importorskip("array_api_strict")
+    enc: Any = per.get_encoder("rotary", dim=8)
+    x = np.random.default_rng(4).standard_normal((1, 2, 3, 8))
+    for _ in range(2):
+        a = enc.rotate(x.astype(np.float32), offset=5)
+        b = enc.rotate(xps.asarray(x), offset=5)  # float64: another dtype, another framework
+        c = enc.rotate(x.astype(np.float32), offset=6)
+        d = enc.rotate(xps.asarray(x.astype(np.float32)), offset=6)
+    assert isinstance(a, np.ndarray) and isinstance(c, np.ndarray)
+    assert b.dtype == xps.float64 and d.dtype == xps.float32
+    np.testing.assert_array_equal(np.asarray(d), c)
+    fresh = per.get_encoder("rotary", dim=8)
+    np.testing.assert_array_equal(np.asarray(b), np.asarray(fresh.rotate(xps.asarray(x), offset=5)))

@@ -315,11 +315,13 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
         return None
     cache, generation = enc._table_cache, SHARED.generation
     last = cache.last_rows
-    if (last is not None and last[0] == offset and last[1] == seq and last[2] == cdt
+    # dtypes by identity (each framework's are singletons): one encoder may serve two
+    # frameworks, and array-api-strict warns when its dtypes are compared with NumPy's
+    if (last is not None and last[0] == offset and last[1] == seq and last[2] is cdt
             and last[3] == ctx.device and last[4] == generation):
         return last[5]  # type: ignore[no-any-return]
     end, kept = offset + seq, cache.last_table
-    if (kept is not None and kept[0] == cdt and kept[1] == ctx.device and kept[2] == generation
+    if (kept is not None and kept[0] is cdt and kept[1] == ctx.device and kept[2] == generation
             and end <= kept[3]):
         cos, sin = kept[4]  # the table the last rows came from (the decode step's path)
     else:
