@@ -8,6 +8,9 @@ full, and a subclass that validates values itself sees every call.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -219,3 +222,70 @@ def test_one_encoder_serving_two_frameworks_at_one_offset() -> None:
     np.testing.assert_array_equal(np.asarray(d), c)
     fresh = per.get_encoder("rotary", dim=8)
     np.testing.assert_array_equal(np.asarray(b), np.asarray(fresh.rotate(xps.asarray(x), offset=5)))
+
+
+@pytest.mark.parametrize("name", ["rotary", "mrope"])
+def test_python_sequences_after_a_kept_signature(backend: Any, name: str) -> None:
+    """Lists, tuples and ints are made arrays (and validated) on every call, whatever was
+    remembered before (they have no dtype to compare with a kept signature)."""
+    enc: Any = per.get_encoder(name, **OPTIONS[name])
+    x = backend.from_numpy(np.ones((1, 2, 3, 16), np.float32))
+    enc.rotate(x, offset=4)
+    enc.rotate(x, backend.from_numpy(_ids(name, np.arange(3))))
+    fresh: Any = per.get_encoder(name, **OPTIONS[name])
+    seqs: list[Any] = ([[0, 1, 2], (0, 1, 2), 2] if name == "rotary"
+                       else [_ids(name, np.arange(3)).tolist(), [[1], [2], [3]]])
+    for seq in seqs:
+        np.testing.assert_array_equal(backend.to_numpy(enc.rotate(x, seq)),
+                                      backend.to_numpy(fresh.rotate(x, seq)), err_msg=str(seq))
+    with pytest.raises(TypeError, match="positions must"):
+        enc.rotate(x, [0.5, "a", 2] if name == "rotary" else [["a"]] * 3)
+
+
+def test_compiled_calls_after_eager_ones_compile_once() -> None:
+    """The memories are read only after the tracing test: a function compiled once is not
+    compiled again because eager calls changed what the encoder remembers (Dynamo would guard
+    on it)."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    from torch._dynamo.testing import CompileCounter
+
+    enc: Any = per.get_encoder("rotary", dim=16)
+    q = torch.randn(1, 4, 1, 16)
+    counter = CompileCounter()
+    f = torch.compile(lambda x, pos: enc.rotate(x, pos), backend=counter, fullgraph=True)
+    for step in range(6):
+        enc.rotate(q, torch.tensor([[[step]]]))
+        enc.rotate(q, offset=step)
+        got = f(q, torch.tensor([[[step]]]))
+        torch.testing.assert_close(got, enc.rotate(q, torch.tensor([[[step]]])), rtol=0,
+                                   atol=0)
+    assert counter.frame_count == 1
+
+
+def test_jax_x64_switched_on_after_tables_were_made() -> None:
+    """Tables made with JAX's x64 flag off (float32 angles, reduced) are not served once it is
+    on: the result is that of a process that started with it (a fresh process each)."""
+    pytest.importorskip("jax")
+    if "jax" not in BACKENDS:
+        pytest.skip("jax not selected by PEREGISTRY_BACKENDS")
+    code = (
+        "import sys, json, numpy as np, jax\n"
+        "if sys.argv[1] == 'start': jax.config.update('jax_enable_x64', True)\n"
+        "import jax.numpy as jnp, peregistry as per\n"
+        "q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 2, 3, 16)), jnp.float32)\n"
+        "enc = per.get_encoder('rotary', dim=16)\n"
+        "ids = jnp.asarray([[[900, 901, 902]]])\n"
+        "if sys.argv[1] == 'switch':\n"
+        "    enc.rotate(q, offset=900); enc.rotate(q, ids)\n"
+        "    jax.config.update('jax_enable_x64', True)\n"
+        "outs = [enc.rotate(q, offset=900), enc.rotate(q, ids)]\n"
+        "print(json.dumps([np.asarray(o).tobytes().hex() for o in outs]))\n")
+    got = []
+    for mode in ("start", "switch"):
+        out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True,
+                             text=True, check=False, timeout=600)
+        assert out.returncode == 0, out.stderr
+        got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert got[0] == got[1]

@@ -29,6 +29,7 @@ from ..encoders.context import own_methods
 from ._table_cache import SHARED, Tables, kept_rows, one_row
 
 if TYPE_CHECKING:
+    from ..backends import Backend
     from ..encoders.base import Ctx
     from . import _delegation
     from .encoder import RotaryEncoder
@@ -92,12 +93,12 @@ def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
     one position of a kept signature, ``(call, None)`` for the same signature otherwise (its
     tables still to be found); None otherwise, and always inside a trace (checked first: a
     tracer must not read the memories)."""
-    cache = enc._table_cache
-    if type(offset) is not int or not (cache.last_calls or cache.signatures):
+    if type(offset) is not int:
         return None
     backend = enc._services.backend_of(x)
-    if backend is None or backend.is_tracing(x):
+    if backend is None or backend.is_tracing(x):  # before any memory is read (Dynamo guards)
         return None
+    cache = enc._table_cache
     shape, generation = tuple(x.shape), SHARED.generation
     for pos, off, xtype, dtype, xshape, device, token, reader, sl, gen, tables, call in (
             cache.last_calls):
@@ -108,13 +109,13 @@ def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
             continue
         if pos is not None and reader(pos) != token:
             break  # written in place since: validated still, but new tables
-        if backend.device(x) != device:
-            continue
+        if backend.device(x) != device or backend.wide_float_dtype(device) is not call.ctx.wide:
+            continue  # (the wide dtype: JAX's x64 flag, switched since)
         return call, tables
     return _signature_call(enc, backend, x, shape, positions, offset, seq_len)
 
 
-def _signature_call(enc: RotaryEncoder, backend: Any, x: Any, shape: tuple[int, ...],
+def _signature_call(enc: RotaryEncoder, backend: Backend, x: Any, shape: tuple[int, ...],
                     positions: Any, offset: int,
                     seq_len: int | None) -> tuple[Call, Tables | None] | None:
     kept = enc._table_cache.signatures
@@ -122,8 +123,9 @@ def _signature_call(enc: RotaryEncoder, backend: Any, x: Any, shape: tuple[int, 
         return None
     if positions is None:
         psig: tuple[Any, ...] | None = None
-    elif offset != 0 or backend.is_tracing(positions):
-        return None
+    elif (offset != 0 or enc._services.backend_of(positions) is not backend
+          or backend.is_tracing(positions)):
+        return None  # (a Python sequence: validated, and made an array, every time)
     else:
         psig = (type(positions), positions.dtype, tuple(positions.shape))
     generation = SHARED.generation

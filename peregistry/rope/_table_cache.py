@@ -74,6 +74,7 @@ class OffsetKey:
     seq_len: int | None
     device: str
     dtype: Any
+    wide: Any = None  # the dtype angles are computed in (JAX's x64 flag may change it)
 
 
 #: Default total bytes of all position tables of a process (``PEREGISTRY_TABLE_CACHE_BYTES``).
@@ -125,7 +126,8 @@ class SharedTables:
         self._entries: OrderedDict[Any, tuple[Tables, int]] = OrderedDict()
         self._bytes = 0
         self._budget: int | None = None  # read from the environment on first use
-        #: bumped whenever tables are dropped: the encoders' last-call memos expire with it.
+        #: bumped whenever tables are dropped (cleared or evicted): the encoders' memos of
+        #: calls and rows expire with it.
         self.generation = 0
 
     @property
@@ -165,7 +167,7 @@ class SharedTables:
             self._evict()
 
     def keys_of(self, owner: Any) -> dict[Any, Tables]:
-        """The tables of one encoder identity, by ``(device key, dtype)``."""
+        """The tables of one encoder identity, by ``(device key, dtype, wide dtype)``."""
         with self._lock:
             return {k.parts[1:]: v[0] for k, v in self._entries.items() if k[0] == owner}
 
@@ -180,6 +182,7 @@ class SharedTables:
         while self._bytes > budget and self._entries:
             _, (_, n) = self._entries.popitem(last=False)
             self._bytes -= n
+            self.generation += 1  # the encoders' memos may hold it: they expire
 
 
 #: The one cache of position tables of the process.
@@ -221,16 +224,17 @@ class TableCache:
     offsets: dict[OffsetKey, Tables] = field(default_factory=dict)
     #: this encoder's key in :data:`SHARED` (set on first use: the options are known then).
     identity: Any = None
-    #: ``(device key, dtype)`` -> the key of that table in :data:`SHARED`.
-    keys: dict[tuple[Any, Any], _Key] = field(default_factory=dict)
+    #: ``(device key, dtype, wide dtype)`` -> the key of that table in :data:`SHARED`.
+    keys: dict[tuple[Any, Any, Any], _Key] = field(default_factory=dict)
     #: The rows the last call read, with what they depend on, by offset (:func:`table_rows`)
     #: and by positions array (:func:`gather_rows`): a model rotates q and k of every layer at
     #: the same positions, and all but the first of those calls then skip the lookup. Each a
     #: tuple, replaced whole (no lock needed).
     last_rows: Any = None
     last_ids: Any = None
-    #: ``(dtype, device, generation, length, (cos, sin))``: the position table ``last_rows``
-    #: came from, read again by the next decode step without the shared cache's lookup.
+    #: ``(dtype, device, generation, length, (cos, sin), wide dtype)``: the position table
+    #: ``last_rows`` came from, read again by the next decode step without the shared cache's
+    #: lookup (a table evicted from the shared cache bumps the generation: it is not read).
     last_table: Any = None
     #: The last eager ``rotate`` calls with their tables, and the last validated signatures,
     #: newest first (:mod:`._calls`): q and k differ in shape (GQA).
@@ -238,9 +242,9 @@ class TableCache:
     signatures: tuple[Any, ...] = ()
 
     @property
-    def positions(self) -> dict[tuple[Any, Any], Tables]:
-        """``(device key, dtype)`` -> half-width ``(cos, sin)`` of positions ``0 .. n-1``: this
-        encoder's entries of the shared cache (a copy)."""
+    def positions(self) -> dict[tuple[Any, ...], Tables]:
+        """``(device key, dtype, wide dtype)`` -> half-width ``(cos, sin)`` of positions
+        ``0 .. n-1``: this encoder's entries of the shared cache (a copy)."""
         return {} if self.identity is None else SHARED.keys_of(self.identity)
 
     def keep_offset(self, key: OffsetKey, tables: Tables, *, limit: int) -> None:
@@ -266,7 +270,7 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     once per device and dtype; None if they would not fit in ``enc._POSITION_TABLE_BYTES``, or if
     the tables depend on the sequence length (``dynamic``/``longrope`` scalings)."""
     cache = enc._table_cache
-    local = (device_key(ctx.device), cdt)
+    local = (device_key(ctx.device), cdt, ctx.wide)  # wide: JAX's x64 flag may change
     key = cache.keys.get(local)
     if key is None:  # one key object per encoder and (device, dtype): hashed once
         if cache.identity is None:
@@ -318,11 +322,11 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
     # dtypes by identity (each framework's are singletons): one encoder may serve two
     # frameworks, and array-api-strict warns when its dtypes are compared with NumPy's
     if (last is not None and last[0] == offset and last[1] == seq and last[2] is cdt
-            and last[3] == ctx.device and last[4] == generation):
+            and last[3] == ctx.device and last[4] == generation and last[6] is ctx.wide):
         return last[5]  # type: ignore[no-any-return]
     end, kept = offset + seq, cache.last_table
     if (kept is not None and kept[0] is cdt and kept[1] == ctx.device and kept[2] == generation
-            and end <= kept[3]):
+            and end <= kept[3] and kept[5] is ctx.wide):
         cos, sin = kept[4]  # the table the last rows came from (the decode step's path)
     else:
         table = position_table(enc, end, ctx=ctx, cdt=cdt)
@@ -333,9 +337,9 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
     rows = cos[..., offset:end, :], sin[..., offset:end, :]
     # not a tracer (slicing inside jax.jit stages)
     if (eager and kept is not None) or _delegation.cacheable(rows[0], ctx=ctx):
-        cache.last_rows = (offset, seq, cdt, ctx.device, generation, rows)
+        cache.last_rows = (offset, seq, cdt, ctx.device, generation, rows, ctx.wide)
         if kept is None:
-            cache.last_table = (cdt, ctx.device, generation, cos.shape[-2], (cos, sin))
+            cache.last_table = (cdt, ctx.device, generation, cos.shape[-2], (cos, sin), ctx.wide)
     return rows
 
 
@@ -370,12 +374,12 @@ def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: C
     cache = enc._table_cache
     last, token = cache.last_ids, _delegation.values_token(pos, xp=xp)
     if (last is not None and last[0] is pos and token is not None and last[1] == token
-            and last[2] == cdt and last[4] == SHARED.generation):
+            and last[2] is cdt and last[4] == SHARED.generation and last[6] is ctx.wide):
         return last[5]  # type: ignore[no-any-return]  # the same positions object, unchanged
     rows = _gather_rows(enc, pos, shape, ctx=ctx, cdt=cdt)
     if rows is not None and token is not None and (
             kept_rows(cache, rows) or _delegation.cacheable(rows[0], ctx=ctx)):
-        cache.last_ids = (pos, token, cdt, ctx.device, SHARED.generation, rows)
+        cache.last_ids = (pos, token, cdt, ctx.device, SHARED.generation, rows, ctx.wide)
     return rows
 
 

@@ -358,7 +358,8 @@ class RotaryEncoder(Encoder):
                     rows = table_rows(self, call.offset, xshape[-2], ctx=ctx, cdt=cdt)
                     if rows is not None:
                         return rows
-                    key = OffsetKey(call.offset, xshape[-2], call.seq_len, str(ctx.device), cdt)
+                    key = OffsetKey(call.offset, xshape[-2], call.seq_len, str(ctx.device), cdt,
+                                    ctx.wide)
                     cached = self._table_cache.offsets.get(key)
                     if cached is not None:
                         return cached
