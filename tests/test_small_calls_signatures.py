@@ -169,26 +169,31 @@ def test_decoding_in_inference_mode_keeps_nothing_training_cannot_use() -> None:
         torch.testing.assert_close(out.detach(), want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["mrope", "axial"])
-def test_a_decoded_text_token_reads_the_position_table(backend: Any, name: str) -> None:
-    """Multi-axis ids of one token with every axis at p (text, while decoding) are row p of the
-    position table (but on JAX: see _delegation.rows_pay_off); an image token's ids (axes
-    differ) are computed; every result has a fresh
-    encoder's bits, whatever came before (text after image after text)."""
-    opts = OPTIONS["mrope"] if name == "mrope" else {"dim": 16, "sections": (4, 4, 0)}
+@pytest.mark.parametrize("name", ["mrope", "axial", "interleaved"])
+def test_one_token_of_multi_axis_ids_reads_the_position_table(backend: Any, name: str) -> None:
+    """One token's multi-axis ids: with every axis at p (text, while decoding) the tables are
+    row p of the position table; with axes that differ (an image token) each pair's entry of
+    the row of its axis's position. Both with the bits of computing them: the token rotated
+    alone equals it rotated in a batch of two, whose tables are computed."""
+    opts = {"mrope": OPTIONS["mrope"], "axial": {"dim": 16, "sections": (4, 4, 0)},
+            "interleaved": {"dim": 16, "sections": (3, 3, 2), "interleaved": True}}[name]
     enc: Any = per.get_encoder("mrope", **opts)
-    x = backend.from_numpy(np.random.default_rng(3).standard_normal((1, 4, 1, 16))
-                           .astype(np.float32))
-    enc.rotate(x, offset=1000)  # the position table exists: its rows serve text decode steps
-    for axes in ([7, 7, 7], [8, 3, 5], [9, 9, 9], [10, 10, 10], [11, 2, 2], [12, 12, 12]):
-        ids = backend.from_numpy(np.array(axes).reshape(3, 1, 1))
-        got = enc.rotate(x, ids)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    other = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    enc.rotate(backend.from_numpy(x), offset=1000)  # the position table exists
+    for axes in ([7, 7, 7], [8, 3, 5], [9, 9, 9], [10, 10, 10], [11, 2, 2], [0, 1500, 4],
+                 [12, 12, 12]):
+        ids = np.array(axes).reshape(3, 1, 1)
+        got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
         read = enc._table_cache.last_rows
         # (not on eager JAX, where computing one position's row costs less than slicing it)
         rows = len(set(axes)) == 1 and backend.name != "jax"
         assert (read is not None and read[0] == axes[0]) == rows, axes
-        want = per.get_encoder("mrope", **opts).rotate(x, ids)
-        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(want),
+        pair = np.concatenate([ids, np.full((3, 1, 1), 77)], axis=-1)
+        both = per.get_encoder("mrope", **opts).rotate(
+            backend.from_numpy(np.concatenate([x, other], axis=2)), backend.from_numpy(pair))
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(both)[..., :1, :],
                                       err_msg=str(axes))
 
 

@@ -253,6 +253,10 @@ class MRope(MultiAxisRotary, ScaledRotary):
         freqs = self._frequencies(seq_len)
         return tuple(freqs.subset(idx) for idx in self._axis_groups()[0])
 
+    def _column_axes(self) -> tuple[int, ...] | None:
+        # with feature_axes the table's columns are features, not pairs: computed instead
+        return None if self._feature_split() is not None else super()._column_axes()
+
     def _pair_order(self) -> tuple[int, ...] | None:
         return self._axis_groups()[1]
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..encoders.context import own_methods
-from ._table_cache import SHARED, Tables, kept_rows, one_row
+from ._rows import one_row
+from ._table_cache import SHARED, Tables, kept_rows
 
 if TYPE_CHECKING:
     from ..backends import Backend

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
-from ._funcs import broadcasts_into
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
@@ -341,100 +339,3 @@ def table_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx, cdt: Any,
         if kept is None:
             cache.last_table = (cdt, ctx.device, generation, cos.shape[-2], (cos, sin), ctx.wide)
     return rows
-
-
-def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
-    """The position table's row ``(1, half)`` for the positions of one token, eager, integer and
-    read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos`` does.
-    Position ids: the row at their one value; multi-axis ids (``text_ids``): the row at ``p``
-    if every axis is at ``p`` (a text token). None otherwise, if the position is out of the
-    table's reach, or if an enclosing trace stages reading it."""
-    if not _delegation.rows_pay_off(ctx.xp):
-        return None
-    if type(enc)._table_use.position_ids:
-        p = _delegation.read_one(pos, ctx=ctx)
-    else:
-        axes = _delegation.read_ints(pos, ctx=ctx) if type(enc)._table_use.text_ids else None
-        p = axes[0] if axes and min(axes) == max(axes) else None  # else an image token
-    if p is None or p < 0:
-        return None
-    return table_rows(enc, p, 1, ctx=ctx, cdt=cdt, eager=True)  # not staged: nor are slices
-
-
-def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
-                cdt: Any) -> Tables | None:
-    """Integer ``positions`` in the range of :func:`position_table`: its rows at them (one
-    gather instead of trigonometry); None otherwise (the caller computes)."""
-    xp = ctx.xp
-    shape = tuple(pos.shape)
-    if (pos.dtype not in (xp.int32, xp.int64) or not broadcasts_into(shape, xshape[:-1])
-            or tuple(enc._position_batch_shape(pos)) != shape
-            or not _delegation.reads_cheaply(pos, xp=xp)):
-        return None
-    cache = enc._table_cache
-    last, token = cache.last_ids, _delegation.values_token(pos, xp=xp)
-    if (last is not None and last[0] is pos and token is not None and last[1] == token
-            and last[2] is cdt and last[4] == SHARED.generation and last[6] is ctx.wide):
-        return last[5]  # type: ignore[no-any-return]  # the same positions object, unchanged
-    rows = _gather_rows(enc, pos, shape, ctx=ctx, cdt=cdt)
-    if rows is not None and token is not None and (
-            kept_rows(cache, rows) or _delegation.cacheable(rows[0], ctx=ctx)):
-        cache.last_ids = (pos, token, cdt, ctx.device, SHARED.generation, rows, ctx.wide)
-    return rows
-
-
-def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: Ctx,
-                 cdt: Any) -> Tables | None:
-    xp = ctx.xp
-    size = 1
-    for n in shape:
-        size *= int(n)
-    if size == 0:
-        return None
-    if size == 1:  # one decode position: a slice, which broadcasts as the positions do
-        rows = one_row(enc, pos, ctx=ctx, cdt=cdt)
-        if rows is None or shape:
-            return rows
-        return xp.reshape(rows[0], (-1,)), xp.reshape(rows[1], (-1,))  # x is (dim,)
-    bounds = _delegation.int_bounds(pos, ctx=ctx)
-    if bounds is None:  # staged by an enclosing trace: values unknown
-        return None
-    lo, hi = bounds
-    if lo < 0:
-        return None
-    table = position_table(enc, hi + 1, ctx=ctx, cdt=cdt)
-    if table is None:
-        return None
-    cos, sin = table
-    return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
-
-
-def text_row(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
-             cdt: Any) -> Tables | None:
-    """Multi-axis integer ``pos`` ``(num_axes, 1, ..., 1)`` of one text token (every axis at
-    one position, a decode step): the position table's row there (see :func:`one_row`); None
-    for any other positions (the caller computes)."""
-    xp = ctx.xp
-    shape = tuple(pos.shape)
-    if (len(shape) < 2 or math.prod(shape[1:]) != 1 or pos.dtype not in (xp.int32, xp.int64)
-            or not broadcasts_into(shape[1:], xshape[:-1])
-            or not _delegation.reads_cheaply(pos, xp=xp)):
-        return None
-    return one_row(enc, pos, ctx=ctx, cdt=cdt)
-
-
-def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Tables | None:
-    """``enc.cos_sin``'s half-width tables at integer ``pos`` as rows of the position table of
-    ``dtype``, each ``(*pos.shape, rotary_dim/2)``; None where the table does not serve them
-    (its class, the dtype, the positions; see :func:`gather_rows`). Only float32 and float64
-    tables: their rows are the wide values rounded once to ``dtype``, as computing gives, where
-    a narrower dtype would need a second rounding."""
-    xp = ctx.xp
-    if not type(enc)._table_use.position_ids or dtype not in (xp.float32, xp.float64):
-        return None
-    shape = tuple(pos.shape)
-    rows = gather_rows(enc, pos, (*shape, enc._head_dim()), ctx=ctx, cdt=dtype)
-    if rows is None or tuple(rows[0].shape[:-1]) == shape:
-        return rows
-    half = rows[0].shape[-1]
-    return xp.reshape(rows[0], (*shape, half)), xp.reshape(rows[1], (*shape, half))

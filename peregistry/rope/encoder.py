@@ -22,15 +22,8 @@ from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from ._calls import Call, recall, remember
 from ._funcs import Layout, broadcasts_into, full_width
-from ._table_cache import (
-    OffsetKey,
-    TableCache,
-    TableUse,
-    cos_sin_rows,
-    gather_rows,
-    table_rows,
-    text_row,
-)
+from ._rows import cos_sin_rows, gather_rows, text_row
+from ._table_cache import OffsetKey, TableCache, TableUse, table_rows
 
 if TYPE_CHECKING:
     from . import _delegation
@@ -173,6 +166,12 @@ class RotaryEncoder(Encoder):
         """Positions for tokens at the scalar ``positions`` (text): the positions themselves;
         multi-axis encoders (M-RoPE) put one copy per axis in front."""
         return positions
+
+    def _column_axes(self) -> tuple[int, ...] | None:
+        """For multi-axis encoders: the axis whose position each column of the position table
+        turns with (one per pair), where the columns are the pairs; None (the default)
+        otherwise. One token's ids then gather their tables from the table's rows."""
+        return None
 
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,

@@ -267,6 +267,11 @@ class MultiAxisRotary(RotaryEncoder):
         groups are already in order (contiguous bands)."""
         return None
 
+    def _column_axes(self) -> tuple[int, ...] | None:
+        if self._seq_len_dependence()[0] != "none":
+            return None  # no position table
+        return self._pair_frequencies(None)[1]
+
     # -- positions are (num_axes, ...) -----------------------------------------------------------
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
         shape = tuple(positions.shape)
