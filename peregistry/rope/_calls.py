@@ -14,9 +14,11 @@ eager calls twice over, newest first, each memory one tuple replaced whole (no l
   for the new values (layer 0's q at every new decoding step). An int offset is still checked
   against the integer range, which depends on its value.
 
-Neither is kept from, nor read inside, a trace; neither serves a call with ``params``; the
-signature memory serves no subclass that overrides a validation method (a plugin checking
-positions' values sees every call). ``clear_caches()`` ends both.
+Neither is kept from, nor read inside, a trace; neither serves a call with ``params`` or with
+Python sequences as positions; the signature memory serves no subclass that overrides a
+validation method (a plugin checking positions' values sees every call). ``clear_caches()``
+and any table evicted from the shared cache end both; a switched JAX x64 flag (another wide
+dtype) is a miss.
 """
 
 from __future__ import annotations
