@@ -19,6 +19,7 @@ from conftest import BACKENDS
 
 import peregistry as per
 from peregistry.encoders.rotary import Rotary
+from peregistry.rope import Frequencies, MultiAxisRotary, cos_sin, inv_freq
 
 OPTIONS: dict[str, dict[str, Any]] = {"rotary": {"dim": 16},
                                       "mrope": {"dim": 16, "sections": (2, 3, 3)}}
@@ -294,3 +295,37 @@ def test_jax_x64_switched_on_after_tables_were_made() -> None:
         assert out.returncode == 0, out.stderr
         got.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert got[0] == got[1]
+
+
+class SumOfAxes(MultiAxisRotary):
+    """A plugin whose every pair turns with the sum of two axes' positions (its own hook): an
+    image token's tables are not entries of single-axis rows, and must be computed."""
+
+    name = "test-sum-of-axes"
+    dim = per.Option(int, 16, allowed="a positive multiple of 4",
+                     check=lambda d: d > 0 and d % 4 == 0)
+    num_axes = 2
+
+    def _axis_frequencies(self, seq_len: int | None) -> tuple[Frequencies, ...]:
+        half = Frequencies.from_omega(inv_freq(self._values["dim"] // 2))
+        return (half, half)
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Any, seq_len: int | None) -> Any:
+        freqs = Frequencies.from_omega(inv_freq(self._values["dim"]))
+        return cos_sin(positions[0, ...] + positions[1, ...], freqs, ctx=ctx)
+
+
+def test_a_plugin_mixing_axes_has_its_image_tokens_computed(backend: Any) -> None:
+    enc = SumOfAxes()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    other = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    enc.rotate(backend.from_numpy(x), offset=100)  # the position table exists
+    for axes in ([3, 9], [4, 4], [5, 11]):
+        ids = np.array(axes).reshape(2, 1, 1)
+        got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
+        pair = np.concatenate([ids, np.full((2, 1, 1), 40)], axis=-1)
+        both = SumOfAxes().rotate(backend.from_numpy(np.concatenate([x, other], axis=2)),
+                                  backend.from_numpy(pair))
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(both)[..., :1, :],
+                                      err_msg=str(axes))

@@ -254,8 +254,12 @@ class MRope(MultiAxisRotary, ScaledRotary):
         return tuple(freqs.subset(idx) for idx in self._axis_groups()[0])
 
     def _column_axes(self) -> tuple[int, ...] | None:
-        # with feature_axes the table's columns are features, not pairs: computed instead
-        return None if self._feature_split() is not None else super()._column_axes()
+        # without feature_axes, _half_cos_sin is the base class's; with them the table's
+        # columns are features, not pairs: computed instead
+        if (self._feature_split() is not None or type(self)._half_cos_sin is not MRope._half_cos_sin
+                or self._seq_len_dependence()[0] != "none"):
+            return None
+        return self._pair_frequencies(None)[1]
 
     def _pair_order(self) -> tuple[int, ...] | None:
         return self._axis_groups()[1]

@@ -268,8 +268,11 @@ class MultiAxisRotary(RotaryEncoder):
         return None
 
     def _column_axes(self) -> tuple[int, ...] | None:
-        if self._seq_len_dependence()[0] != "none":
-            return None  # no position table
+        # Each pair turns with one axis only in this class's own hook; a subclass computing its
+        # tables otherwise (two axes in one pair, say) has its image tokens computed.
+        if (type(self)._half_cos_sin is not MultiAxisRotary._half_cos_sin
+                or self._seq_len_dependence()[0] != "none"):  # (else: no position table)
+            return None
         return self._pair_frequencies(None)[1]
 
     # -- positions are (num_axes, ...) -----------------------------------------------------------
