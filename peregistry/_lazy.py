@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FirstUse", "bind", "bind_for_torch", "first_call"]
+__all__ = ["FirstUse", "bind", "bind_for_torch", "delegation", "first_call"]
 
 #: The namespaces holding stand-ins (module globals), for :func:`bind_for_torch`.
 _namespaces: list[dict[str, Any]] = []
@@ -56,6 +56,18 @@ class FirstUse:
 
     def __repr__(self) -> str:
         return f"<{self._key}: imported on first use>"
+
+
+def _import_delegation() -> Any:
+    from .rope import _delegation  # a plain import statement: TorchDynamo traces it
+
+    return _delegation
+
+
+def delegation(namespace: dict[str, Any]) -> Any:
+    """A stand-in for ``peregistry.rope._delegation`` (the framework dispatch, which imports the
+    torch and JAX paths) at ``namespace["_delegation"]``: what every engine module uses."""
+    return FirstUse(_import_delegation, namespace, "_delegation")
 
 
 def first_call(load: Callable[[], Callable[..., Any]], namespace: dict[str, Any],

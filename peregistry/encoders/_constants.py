@@ -14,11 +14,7 @@ if TYPE_CHECKING:
     from .base import Encoder
     from .context import Ctx
 else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    def _load_delegation():
-        from ..rope import _delegation
-        return _delegation
-
-    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["eager_constant"]
 

@@ -45,11 +45,7 @@ from .sinusoidal import sinusoidal_frequencies
 if TYPE_CHECKING:
     from ..rope import _delegation
 else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    def _load_delegation():
-        from ..rope import _delegation
-        return _delegation
-
-    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
 

@@ -19,11 +19,7 @@ if TYPE_CHECKING:
     from . import _delegation
     from .encoder import RotaryEncoder
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
-    def _load_delegation():
-        from . import _delegation
-        return _delegation
-
-    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["cos_sin_rows", "gather_rows", "one_row", "text_row"]
 

@@ -29,15 +29,11 @@ if TYPE_CHECKING:
     from . import _delegation
     from ._apply import RotaryTables, rotate_features
 else:  # what only a call needs, imported by the first call (peregistry/_lazy.py)
-    def _load_delegation():
-        from . import _delegation
-        return _delegation
-
     def _load_apply():
         from . import _apply
         return _apply
 
-    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    _delegation = _lazy.delegation(globals())
     RotaryTables = _lazy.first_call(lambda: _load_apply().RotaryTables, globals(), "RotaryTables")
     rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
                                        "rotate_features")

@@ -27,11 +27,7 @@ if TYPE_CHECKING:
     from . import _delegation
     from .scalings import RopeScaling
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
-    def _load_delegation():
-        from . import _delegation
-        return _delegation
-
-    _delegation = _lazy.FirstUse(_load_delegation, globals(), "_delegation")
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
 
