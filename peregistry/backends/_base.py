@@ -72,6 +72,11 @@ class Backend:
         info = self.namespace().__array_namespace_info__()
         return info.default_dtypes(device=device)["real floating"]
 
+    def index_dtype(self, device: Any = None) -> Any:
+        """The namespace's default indexing dtype (int64; int32 on JAX without x64)."""
+        info = self.namespace().__array_namespace_info__()
+        return info.default_dtypes(device=device)["indexing"]
+
     def wide_float_dtype(self, device: Any = None) -> Any:
         """The widest float dtype available for intermediate computation (float64 if offered)."""
         return self.float_dtypes().get("float64", self.namespace().float32)

@@ -67,6 +67,9 @@ class TorchBackend(Backend):
 
         return torch.get_default_dtype()
 
+    def index_dtype(self, device: Any = None) -> Any:
+        return sys.modules["torch"].int64  # on every device (the info object costs ~1 µs)
+
     def wide_float_dtype(self, device: Any = None) -> Any:
         import torch
 

@@ -78,15 +78,9 @@ def pair_batch_shape(owner: str, q: Any, k: Any) -> tuple[int, ...]:
 
 
 def index_dtype(ctx: Ctx) -> Any:
-    """The namespace's default indexing dtype (int64; int32 on JAX without x64)."""
-    if getattr(ctx.xp, "__name__", None) in _INT64_INDEXING:
-        return ctx.xp.int64  # a constant, where the info object costs ~1 µs per question
-    info = ctx.xp.__array_namespace_info__()
-    return info.default_dtypes(device=ctx.device)["indexing"]
-
-
-#: Namespaces whose indexing dtype is int64 whatever the device and flags (torch's).
-_INT64_INDEXING = frozenset({"torch", "array_api_compat.torch"})
+    """The namespace's default indexing dtype (int64; int32 on JAX without x64), as the
+    backend adapter answers it."""
+    return ctx.backend.index_dtype(ctx.device)
 
 
 def as_index(positions: Any, ctx: Ctx) -> Any:
