@@ -27,8 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
+
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
+    from . import _delegation
+else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["Frequencies", "cos_sin"]
 
@@ -91,17 +96,10 @@ def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = Fal
     if not ctx.has_float64:
         return _reduced_angles_f32(positions, freqs, ctx=ctx, per_pair=per_pair)
     p = positions
-    if p.dtype != ctx.wide and getattr(xp, "__name__", None) not in _PROMOTES_EXACTLY:
+    if p.dtype != ctx.wide and not _delegation.promotes_exactly(xp):
         p = xp.astype(p, ctx.wide)
     w = ctx.constant(list(freqs.omega)) if omega is None else omega
     return (p if per_pair else p[..., None]) * w
-
-
-#: Namespaces whose ``p * ω`` with integer or narrower real ``p`` and a float64 ``ω`` converts
-#: ``p`` to float64 inside the product, as the cast the standard needs would, to the same bits
-#: (one operation fewer on every small call); the standard leaves mixed kinds undefined.
-_PROMOTES_EXACTLY = frozenset({"torch", "array_api_compat.torch", "numpy",
-                               "array_api_compat.numpy"})
 
 
 def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False,
