@@ -50,7 +50,7 @@ class RememberedPairs(Encoder):
                    params: Mapping[str, Any] | None, dtype: Any) -> Any:
         """The public method's body (see :meth:`BiasEncoder.bias`), hook ``hook``."""
         sig = _signature(self, q_positions, k_positions, params, dtype)
-        if sig is not None and _own_validation(type(self)):
+        if sig is not None and own_methods(type(self), _VALIDATION):
             for kept, ctx, out_dtype in self._cache.get("pair_calls", ()):
                 if kept == sig:
                     prepared = {} if params is None else ctx.backend.prepare_params(params)
@@ -59,7 +59,7 @@ class RememberedPairs(Encoder):
                     return self._finish(out, out_dtype, ctx, hook=hook)
         ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        if sig is not None and _own_validation(type(self)):
+        if sig is not None and own_methods(type(self), _VALIDATION):
             _remember(self, sig, ctx, out_dtype)
         out = run_hook(self, hook, ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook=hook)
@@ -92,18 +92,6 @@ class RememberedEmbedding(RememberedPairs, RelativeEmbedding):
 #: The methods validation calls; a subclass overriding one (to check positions' values, say)
 #: must see every call, so its calls are never remembered.
 _VALIDATION = ("_context", "_positions", "_check_params", "_output_dtype")
-
-
-_OWN_VALIDATION: dict[type, bool] = {}
-
-
-def _own_validation(cls: type) -> bool:
-    """Whether ``cls`` validates with peregistry's own methods only (answered once per class,
-    asked on every call)."""
-    known = _OWN_VALIDATION.get(cls)
-    if known is None:
-        known = _OWN_VALIDATION[cls] = own_methods(cls, _VALIDATION)
-    return known
 
 
 def _remember(enc: Encoder, sig: tuple[Any, ...], ctx: Ctx, out_dtype: Any) -> None:
