@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["cos_sin_rows", "gather_rows", "one_row", "text_row"]
+__all__ = ["cos_sin_rows", "gather_rows", "one_row", "token_row"]
 
 
 def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
     """The position table's row ``(1, half)`` for the positions of one token, eager, integer and
     read cheaply (a decode step's ids; the caller knows): it broadcasts wherever ``pos`` does.
-    Position ids: the row at their one value. Multi-axis ids (``text_ids``): the row at ``p``
+    Position ids: the row at their one value. Multi-axis ids (``token_ids``): the row at ``p``
     if every axis is at ``p`` (a text token), else each pair's entry of the row of its axis's
     position (an image token, :func:`_token_entries`). None otherwise, if a position is out of
     the table's reach, or if an enclosing trace stages reading it."""
@@ -36,7 +36,7 @@ def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | Non
     if type(enc)._table_use.position_ids:
         p = _delegation.read_one(pos, ctx=ctx)
     else:
-        axes = _delegation.read_ints(pos, ctx=ctx) if type(enc)._table_use.text_ids else None
+        axes = _delegation.read_ints(pos, ctx=ctx) if type(enc)._table_use.token_ids else None
         if axes and min(axes) != max(axes):
             return _token_entries(enc, axes, ctx=ctx, cdt=cdt)
         p = axes[0] if axes else None
@@ -71,9 +71,8 @@ def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: C
     gather instead of trigonometry); None otherwise (the caller computes)."""
     xp = ctx.xp
     shape = tuple(pos.shape)
-    if (pos.dtype not in (xp.int32, xp.int64) or not broadcasts_into(shape, xshape[:-1])
-            or tuple(enc._position_batch_shape(pos)) != shape
-            or not _delegation.reads_cheaply(pos, xp=xp)):
+    if (not _may_read(pos, shape, xshape, xp=xp)
+            or tuple(enc._position_batch_shape(pos)) != shape):
         return None
     cache = enc._table_cache
     last, token = cache.last_ids, _delegation.values_token(pos, xp=xp)
@@ -113,18 +112,23 @@ def _gather_rows(enc: RotaryEncoder, pos: Any, shape: tuple[int, ...], *, ctx: C
     return ctx.backend.take(cos, pos, axis=0), ctx.backend.take(sin, pos, axis=0)
 
 
-def text_row(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
-             cdt: Any) -> Tables | None:
-    """Multi-axis integer ``pos`` ``(num_axes, 1, ..., 1)`` of one text token (every axis at
-    one position, a decode step): the position table's row there (see :func:`one_row`); None
-    for any other positions (the caller computes)."""
-    xp = ctx.xp
-    shape = tuple(pos.shape)
-    if (len(shape) < 2 or math.prod(shape[1:]) != 1 or pos.dtype not in (xp.int32, xp.int64)
-            or not broadcasts_into(shape[1:], xshape[:-1])
-            or not _delegation.reads_cheaply(pos, xp=xp)):
+def token_row(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,
+              cdt: Any) -> Tables | None:
+    """Multi-axis integer ``pos`` ``(num_axes, 1, ..., 1)`` of one token (a decode step): its
+    tables from the position table (see :func:`one_row`); None for any other positions (the
+    caller computes)."""
+    batch = tuple(pos.shape)[1:]
+    if not batch or math.prod(batch) != 1 or not _may_read(pos, batch, xshape, xp=ctx.xp):
         return None
     return one_row(enc, pos, ctx=ctx, cdt=cdt)
+
+
+def _may_read(pos: Any, batch: tuple[int, ...], xshape: tuple[int, ...], *, xp: Any) -> bool:
+    """Whether positions of batch shape ``batch`` may be served by rows of the position table:
+    integers, broadcasting into ``x`` (of ``xshape``), read on the host without a device
+    synchronization."""
+    return (pos.dtype in (xp.int32, xp.int64) and broadcasts_into(batch, xshape[:-1])
+            and _delegation.reads_cheaply(pos, xp=xp))
 
 
 def cos_sin_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, dtype: Any) -> Tables | None:

@@ -40,13 +40,13 @@ Tables = tuple[Any, Any]
 class TableUse:
     """For a rotary encoder class: whether rows ``o .. o+seq-1`` of the position table are the
     tables of ``positions=None, offset=o`` (``offset_rows``), whether integer position ids
-    index the position table (``position_ids``), and whether one token's multi-axis ids with
-    every axis at one position ``p`` (a text token) are its row ``p`` (``text_ids``: decided by
+    index the position table (``position_ids``), and whether one token's multi-axis ids are
+    read from it (``token_ids``: a text token's row, an image token's entries; decided by
     :class:`~.scaled.MultiAxisRotary`)."""
 
     offset_rows: bool
     position_ids: bool
-    text_ids: bool = False
+    token_ids: bool = False
 
     @classmethod
     def of(cls, klass: type[RotaryEncoder], base: type[RotaryEncoder]) -> TableUse:

@@ -22,7 +22,7 @@ from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from ._calls import Call, recall, remember
 from ._funcs import Layout, broadcasts_into, full_width
-from ._rows import cos_sin_rows, gather_rows, text_row
+from ._rows import cos_sin_rows, gather_rows, token_row
 from ._table_cache import OffsetKey, TableCache, TableUse, table_rows
 
 if TYPE_CHECKING:
@@ -363,8 +363,8 @@ class RotaryEncoder(Encoder):
             gathered = gather_rows(self, pos, xshape, ctx=ctx, cdt=cdt)
             if gathered is not None:
                 return gathered
-        elif not call.tracing and type(self)._table_use.text_ids:
-            row = text_row(self, pos, xshape, ctx=ctx, cdt=cdt)
+        elif not call.tracing and type(self)._table_use.token_ids:
+            row = token_row(self, pos, xshape, ctx=ctx, cdt=cdt)
             if row is not None:
                 return row
         batch = self._position_batch_shape(pos)

@@ -223,7 +223,7 @@ class MultiAxisRotary(RotaryEncoder):
         owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
         if (owner is MultiAxisRotary and cls._table_use.offset_rows
                 and cls._position_batch_shape is MultiAxisRotary._position_batch_shape):
-            cls._table_use = dataclasses.replace(cls._table_use, text_ids=True)
+            cls._table_use = dataclasses.replace(cls._table_use, token_ids=True)
 
     @property
     def num_axes(self) -> int:
