@@ -198,6 +198,39 @@ def test_one_token_of_multi_axis_ids_reads_the_position_table(backend: Any, name
                                       err_msg=str(axes))
 
 
+def test_image_tokens_met_again_reuse_their_gather_indices(
+        backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image token's flat indices into the position table are kept per position tuple, at
+    most ``ENTRIES_KEPT`` (then dropped together), and stay right when the table grows: every
+    token, met once or again, has the bits of a fresh computation. ``_column_axes`` depends on
+    the options only and is asked once per encoder."""
+    from peregistry.rope import _rows
+
+    monkeypatch.setattr(_rows, "ENTRIES_KEPT", 3)
+    enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
+    asked: list[Any] = []
+    real = type(enc)._column_axes
+    monkeypatch.setattr(type(enc), "_column_axes", lambda self: asked.append(self) or real(self))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    other = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    enc.rotate(backend.from_numpy(x), offset=10)  # the position table exists
+    tokens = [[8, 3, 5], [9, 2, 1], [8, 3, 5], [4, 6, 0], [7, 7, 1], [8, 3, 5], [3000, 5, 9],
+              [9, 2, 1]]
+    for axes in tokens:
+        ids = np.array(axes).reshape(3, 1, 1)
+        got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
+        assert len(enc._table_cache.entries) <= 3
+        pair = np.concatenate([ids, np.full((3, 1, 1), 77)], axis=-1)
+        both = per.get_encoder("mrope", **OPTIONS["mrope"]).rotate(
+            backend.from_numpy(np.concatenate([x, other], axis=2)), backend.from_numpy(pair))
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(both)[..., :1, :],
+                                      err_msg=str(axes))
+    if backend.name != "jax":  # (eager JAX computes one token: rows_pay_off)
+        assert [a for a in asked if a is enc] == [enc]
+        assert enc._table_cache.entries  # kept
+
+
 def test_multi_axis_tables_keep_the_pair_axis_contiguous() -> None:
     """The tables M-RoPE computes are (..., pairs) in order, the layout torch's C kernel takes
     (a pair-major layout made every M-RoPE rotation take the slower out= operations)."""

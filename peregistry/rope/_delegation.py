@@ -50,6 +50,7 @@ __all__ = [
     "reads_cheaply",
     "rotate",
     "rows_pay_off",
+    "take_entries",
     "take_last",
     "token_reader",
     "values_token",
@@ -186,6 +187,19 @@ def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
     if getattr(xp, "__name__", None) in _TORCH_NAMES:
         return sys.modules["torch"].index_select(x, x.ndim - 1, idx)
     return xp.take(x, idx, axis=x.ndim - 1)
+
+
+def take_entries(x: Any, idx: Any, *, xp: Any) -> Any:
+    """The entries of ``x`` at flat (row-major) indices ``idx``, shaped as ``idx``: one
+    operation on torch and NumPy (``take`` of the flattened array), else a flatten, a standard
+    1-D ``take`` and a reshape."""
+    name = getattr(xp, "__name__", None)
+    if name in _TORCH_NAMES:
+        return sys.modules["torch"].take(x, idx)
+    if name in _NUMPY_NAMES:
+        return sys.modules["numpy"].take(x, idx)
+    flat = xp.take(xp.reshape(x, (-1,)), xp.reshape(idx, (-1,)), axis=0)
+    return xp.reshape(flat, tuple(idx.shape))
 
 
 def rows_pay_off(xp: Any) -> bool:

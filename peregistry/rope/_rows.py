@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ._funcs import broadcasts_into
-from ._table_cache import SHARED, Tables, kept_rows, position_table, table_rows
+from ._table_cache import SHARED, Tables, device_key, kept_rows, position_table, table_rows
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
@@ -22,6 +22,9 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
 __all__ = ["cos_sin_rows", "gather_rows", "one_row", "token_row"]
+
+#: The multi-axis tokens whose gather indices an encoder keeps per device (a few KiB).
+ENTRIES_KEPT = 256
 
 
 def one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
@@ -50,19 +53,29 @@ def _token_entries(enc: RotaryEncoder, axes: list[int], *, ctx: Ctx,
     """One token at positions ``axes`` (one per axis): column ``i`` of its tables is entry
     ``(axes[a_i], i)`` of the position table, ``a_i`` the axis pair ``i`` turns with (the
     table's rows are every axis at one position, and the angles are elementwise: the same
-    bits as computing). One gather of ``(1, width)`` per table; None where the encoder does not
-    say which axis each column follows, or a position is out of the table's reach."""
-    columns = enc._column_axes()
+    bits as computing). One gather of ``(1, width)`` per table, at flat indices kept per
+    position tuple; None where the encoder does not say which axis each column follows, or a
+    position is out of the table's reach."""
+    cache = enc._table_cache
+    if cache.columns is None:
+        cache.columns = (enc._column_axes(),)
+    columns = cache.columns[0]
     if columns is None or min(axes) < 0:
         return None
     table = position_table(enc, max(axes) + 1, ctx=ctx, cdt=cdt)
     if table is None or len(columns) != table[0].shape[-1] or table[0].ndim != 2:
         return None
-    xp, width = ctx.xp, len(columns)
-    idx = xp.asarray([axes[a] * width + i for i, a in enumerate(columns)], device=ctx.device)
-    cos, sin = (xp.reshape(ctx.backend.take(xp.reshape(t, (-1,)), idx, axis=0), (1, width))
-                for t in table)
-    return cos, sin
+    key = (device_key(ctx.device), *axes)
+    idx = cache.entries.get(key)
+    if idx is None:
+        width = len(columns)
+        if len(cache.entries) >= ENTRIES_KEPT:
+            cache.entries.clear()
+        idx = cache.entries[key] = ctx.xp.asarray(
+            [[axes[a] * width + i for i, a in enumerate(columns)]], device=ctx.device)
+    xp = ctx.xp
+    return (_delegation.take_entries(table[0], idx, xp=xp),
+            _delegation.take_entries(table[1], idx, xp=xp))
 
 
 def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,

@@ -234,6 +234,11 @@ class TableCache:
     #: newest first (:mod:`._calls`): q and k differ in shape (GQA).
     last_calls: tuple[Any, ...] = ()
     signatures: tuple[Any, ...] = ()
+    #: ``(answer,)`` of the encoder's ``_column_axes`` hook once asked (it depends on the
+    #: options only), and the flat indices into the position table of one multi-axis token's
+    #: entries, by ``(device key, positions)``, at most :data:`ENTRIES_KEPT` (:mod:`._rows`).
+    columns: tuple[Any] | None = None
+    entries: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     @property
     def positions(self) -> dict[tuple[Any, ...], Tables]:
