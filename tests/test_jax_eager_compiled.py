@@ -48,7 +48,8 @@ def test_compiled_eager_calls_give_the_bits_of_op_by_op_execution(
         real = jnp.asarray(rng.uniform(0, 300, size=(*axes, 9)))
         calls += [(lambda x=x, pos=pos: enc.rotate(x, pos)),
                   (lambda x=x: enc.rotate(x, offset=2041)),
-                  (lambda pos=pos: enc.cos_sin(pos)[0]), (lambda real=real: enc.cos_sin(real)[1])]
+                  (lambda pos=pos: enc.cos_sin(pos)[0]), (lambda real=real: enc.cos_sin(real)[1]),
+                  (lambda pos=pos, dt=dt: enc.cos_sin(pos, dtype=dt)[1])]
     new = [np.asarray(c()) for c in calls]
     clear_caches()
     fresh = per.get_encoder(name, **options)  # no tables kept from the calls above
@@ -59,6 +60,41 @@ def test_compiled_eager_calls_give_the_bits_of_op_by_op_execution(
         assert a.dtype == b.dtype and a.shape == b.shape, (i, a.dtype, b.dtype)
         assert np.array_equal(a, b), (i, float(np.max(np.abs(a.astype(np.float64)
                                                              - b.astype(np.float64)))))
+
+
+def test_placement_follows_the_inputs_without_a_transfer_per_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays of ``jnp.asarray`` are not committed to a device: the tables made for them are
+    not either, so that the compiled calls see inputs of one placement and commit nothing (a
+    ``device_put`` per input cost ~18 µs per call). Committed inputs give committed results
+    on their device; a mix is committed first; every placement gives the same bits."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(8)
+    enc = per.get_encoder("mrope", dim=32, sections=(6, 5, 5))
+    x = jnp.asarray(rng.standard_normal((1, 2, 4, 32)), jnp.float32)
+    pos = jnp.asarray(rng.integers(0, 3000, size=(3, 1, 1, 4)))
+    assert not x.committed and not pos.committed
+    calls = [lambda x, p: enc.rotate(x, p), lambda x, p: enc.rotate(x, offset=17),
+             lambda x, p: enc.cos_sin(p)[0], lambda x, p: enc.tables(p).rotate(x)]
+    want = [np.asarray(c(x, pos)) for c in calls]  # tables and programs exist from here on
+    puts = [0]
+    real_put = jax.device_put
+    monkeypatch.setattr(jax, "device_put", lambda *a, **k: puts.__setitem__(0, puts[0] + 1)
+                        or real_put(*a, **k))
+    for c, w in zip(calls, want, strict=True):
+        out = c(x, pos)
+        assert not out.committed
+        np.testing.assert_array_equal(np.asarray(out), w)
+    assert puts[0] == 0
+    device = jax.devices()[0]
+    cx, cpos = real_put(x, device), real_put(pos, device)
+    for xs, ps in ((cx, cpos), (cx, pos), (x, cpos)):
+        for c, w in zip(calls, want, strict=True):
+            out = c(xs, ps)
+            np.testing.assert_array_equal(np.asarray(out), w)
+            if xs.committed and ps.committed:
+                assert out.committed and out.devices() == {device}
 
 
 OTHER_KINDS = [

@@ -97,6 +97,11 @@ class Backend:
         """The device ``x`` lives on."""
         return x.device
 
+    def placement(self, x: Any) -> Any:
+        """The device a call on ``x`` makes its arrays on (:class:`~peregistry.Ctx`'s
+        ``device``): ``x``'s own; None leaves placement to the framework."""
+        return self.device(x)
+
     def default_device(self) -> Any:
         return self.namespace().__array_namespace_info__().default_device()
 

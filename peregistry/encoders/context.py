@@ -31,7 +31,8 @@ class Ctx:
 
     :ivar xp: the Array API namespace of the inputs.
     :ivar backend: the adapter of that namespace.
-    :ivar device: the inputs' device (None inside a tracer, or for a sharded array).
+    :ivar device: the inputs' device (None inside a tracer, for a sharded array, and for JAX
+        arrays not committed to a device: arrays made with it then go where they go).
     :ivar wide: the float dtype to compute in (float64 where the backend offers it).
     """
 
@@ -101,7 +102,7 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
         if b is None or (backend is not None and b is not backend):
             break
         if backend is None:
-            backend, device, lead = b, b.device(a), a
+            backend, device, lead = b, b.placement(a), a
     else:
         if backend is not None:
             return _context_of(backend, device, lead), list(arrays)
@@ -137,7 +138,7 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
         if a is not None and b is None:
             a = _from_python(owner, a, backend, what=label or "positions")
         elif a is not None and device is None:
-            device = backend.device(a)
+            device = backend.placement(a)
         out.append(a)
     return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
 

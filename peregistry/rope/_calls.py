@@ -108,7 +108,7 @@ def recall(enc: RotaryEncoder, x: Any, positions: Any, offset: Any,
             continue
         if pos is not None and reader(pos) != token:
             break  # written in place since: validated still, but new tables
-        if backend.device(x) != device or backend.wide_float_dtype(device) is not call.ctx.wide:
+        if backend.placement(x) != device or backend.wide_float_dtype(device) is not call.ctx.wide:
             continue  # (the wide dtype: JAX's x64 flag, switched since)
         return call, tables
     return _signature_call(enc, backend, x, shape, positions, offset, seq_len)
@@ -133,8 +133,8 @@ def _signature_call(enc: RotaryEncoder, backend: Backend, x: Any, shape: tuple[i
                 or sl != seq_len or gen != generation):
             continue
         device = ctx.device
-        if (backend.device(x) != device
-                or (positions is not None and backend.device(positions) != device)
+        if (backend.placement(x) != device
+                or (positions is not None and backend.placement(positions) != device)
                 or backend.wide_float_dtype(device) != ctx.wide):  # JAX's x64 flag
             return None
         if positions is None:  # the one check that reads a value: the offset's range

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from .._jax_eager import is_jax_namespace as _is_jax
 from .._jax_eager import is_tracer as _is_tracer
 from . import _jax, _torch
-from ._funcs import apply_rotation
+from ._funcs import Layout, apply_rotation, full_width
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
@@ -41,6 +41,7 @@ __all__ = [
     "cache_scope",
     "cacheable",
     "clip_int",
+    "full_width_tables",
     "half_cos_sin",
     "int_bounds",
     "materialize",
@@ -98,6 +99,32 @@ def _rotation_in(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bo
     left in ``cdt``."""
     return apply_rotation(x if x.dtype == cdt else xp.astype(x, cdt), cos, sin,
                           rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt, xp=xp)
+
+
+def full_width_tables(cos: Any, sin: Any, *, layout: Layout, dtype: Any,
+                      xp: Any) -> tuple[Any, Any]:
+    """Half-width tables spread to full width (:func:`._funcs.full_width`) and cast to
+    ``dtype``. On eager JAX as one program per shape (two concatenations and two casts
+    dispatched one by one cost ~100 µs), the cast to a 16-bit dtype left outside as in
+    :func:`rotate`."""
+    if _is_jax(xp) and not (_is_tracer(cos) or _is_tracer(sin)):
+        from .._jax_eager import compiled_call
+
+        wide = dtype in (xp.float32, xp.float64)
+        cos, sin = compiled_call(_spread, cos, sin, layout=layout,
+                                 dtype=dtype if wide else cos.dtype, xp=xp)
+    else:
+        cos, sin = _spread(cos, sin, layout=layout, dtype=None, xp=xp)
+    if cos.dtype == dtype:  # full_width made new arrays already
+        return cos, sin
+    return xp.astype(cos, dtype), xp.astype(sin, dtype)
+
+
+def _spread(cos: Any, sin: Any, *, layout: Layout, dtype: Any, xp: Any) -> tuple[Any, Any]:
+    cos, sin = full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
+    if dtype is None or cos.dtype == dtype:
+        return cos, sin
+    return xp.astype(cos, dtype), xp.astype(sin, dtype)
 
 
 def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,

@@ -21,7 +21,7 @@ from .. import _lazy
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from ._calls import Call, recall, remember
-from ._funcs import Layout, broadcasts_into, full_width
+from ._funcs import Layout, broadcasts_into
 from ._rows import cos_sin_rows, gather_rows, token_row
 from ._table_cache import OffsetKey, TableCache, TableUse, table_rows
 
@@ -194,11 +194,8 @@ class RotaryEncoder(Encoder):
         cos, sin = rows if rows is not None else self._table(
             pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
         layout: Layout = "interleaved" if self._interleaved() else "half"
-        xp = ctx.xp
-        cos, sin = full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
-        if cos.dtype == out_dtype:  # table rows: full_width made new arrays already
-            return cos, sin
-        return xp.astype(cos, out_dtype), xp.astype(sin, out_dtype)
+        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype,
+                                             xp=ctx.xp)
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
                params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
