@@ -97,6 +97,45 @@ def test_placement_follows_the_inputs_without_a_transfer_per_call(
                 assert out.committed and out.devices() == {device}
 
 
+_TWO_DEVICES = """
+import json, numpy as np, jax, jax.numpy as jnp
+import peregistry as per
+d0, d1 = jax.devices()
+xn = np.random.default_rng(0).standard_normal((1, 2, 8, 32)).astype(np.float32)
+want = [np.asarray(per.get_encoder("rotary", dim=32).rotate(jnp.asarray(xn), offset=5)),
+        np.asarray(per.get_encoder("rotary", dim=32).rotate(jnp.asarray(xn), jnp.arange(8) + 3))]
+enc = per.get_encoder("rotary", dim=32)
+with jax.default_device(d1):  # tables made while another device is the default
+    x1 = jnp.asarray(xn)
+    on_d1 = [enc.rotate(x1, offset=5), enc.rotate(x1, jnp.arange(8) + 3)]
+x0, p0 = jnp.asarray(xn), jnp.arange(8) + 3
+with jax.transfer_guard_device_to_device("disallow"):  # nothing is moved between devices
+    on_d0 = [enc.rotate(x0, offset=5), enc.rotate(x0, p0)]
+print(json.dumps({"d1": [sorted(d.id for d in o.devices()) for o in on_d1],
+                  "d0": [sorted(d.id for d in o.devices()) for o in on_d0],
+                  "equal": [bool(np.array_equal(np.asarray(o), w))
+                            for o, w in zip(on_d1 + on_d0, want + want)]}))
+"""
+
+
+def test_tables_of_uncommitted_inputs_stay_with_their_device() -> None:
+    """Only an uncommitted input on the first device, with no default device set, makes its
+    arrays uncommitted (they are cached as such): tables made while another device was the
+    default are not served to inputs of the first one (each call would move them)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2 "
+           + os.environ.get("XLA_FLAGS", "")}
+    proc = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"d1": [[1], [1]], "d0": [[0], [0]], "equal": [True] * 4}, got
+
+
 OTHER_KINDS = [
     ("sinusoidal", {"dim": 24}, lambda e, p, q, k, x: e.encode(q, dtype=x)),
     ("sinusoidal", {"dim": 24, "layout": "split"}, lambda e, p, q, k, x: e.encode(q * 0.37)),

@@ -228,7 +228,37 @@ def test_image_tokens_met_again_reuse_their_gather_indices(
                                       err_msg=str(axes))
     if backend.name != "jax":  # (eager JAX computes one token: rows_pay_off)
         assert [a for a in asked if a is enc] == [enc]
-        assert enc._table_cache.entries  # kept
+        kept = dict(enc._table_cache.entries)
+        assert kept  # and met again, a token reads the very index kept for it
+        enc.rotate(backend.from_numpy(x), backend.from_numpy(np.array(tokens[-1]).reshape(3, 1, 1)))
+        assert dict(enc._table_cache.entries) == kept
+        assert all(enc._table_cache.entries[k] is v for k, v in kept.items())
+
+
+def test_image_token_indices_are_kept_per_device() -> None:
+    """array-api-strict has several devices whose arrays may not be combined: an image token's
+    index kept for one device is not used on another, and each device's result has the bits
+    of a fresh computation."""
+    if "array_api_strict" not in BACKENDS:
+        pytest.skip("array_api_strict not selected by PEREGISTRY_BACKENDS")
+    xp = pytest.importorskip("array_api_strict")
+    devices = [xp.Device(name) for name in ("CPU_DEVICE", "device1", "device2")]
+    enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
+    x = np.random.default_rng(2).standard_normal((1, 4, 1, 16)).astype(np.float32)
+    ids = np.array([40, 3, 9]).reshape(3, 1, 1)
+    for device in devices + devices:
+        xd, pd = xp.asarray(x, device=device), xp.asarray(ids, device=device)
+        enc.rotate(xd, offset=1)  # the position table of that device exists
+        got = enc.rotate(xd, pd)
+        assert got.device == device
+        fresh = per.get_encoder("mrope", **OPTIONS["mrope"]).rotate(
+            xp.asarray(np.concatenate([x, x], axis=2), device=device),
+            xp.asarray(np.concatenate([ids, ids + 1], axis=-1), device=device))
+        cpu = devices[0]
+        np.testing.assert_array_equal(np.asarray(xp.asarray(got, device=cpu, copy=True)),
+                                      np.asarray(xp.asarray(fresh, device=cpu,
+                                                            copy=True))[..., :1, :])
+    assert len(enc._table_cache.entries) == len(devices)
 
 
 def test_multi_axis_tables_keep_the_pair_axis_contiguous() -> None:

@@ -71,8 +71,10 @@ def _token_entries(enc: RotaryEncoder, axes: list[int], *, ctx: Ctx,
         width = len(columns)
         if len(cache.entries) >= ENTRIES_KEPT:
             cache.entries.clear()
-        idx = cache.entries[key] = ctx.xp.asarray(
-            [[axes[a] * width + i for i, a in enumerate(columns)]], device=ctx.device)
+        with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
+            idx = ctx.xp.asarray([[axes[a] * width + i for i, a in enumerate(columns)]],
+                                 device=ctx.device)
+        cache.entries[key] = idx
     xp = ctx.xp
     return (_delegation.take_entries(table[0], idx, xp=xp),
             _delegation.take_entries(table[1], idx, xp=xp))
