@@ -61,9 +61,8 @@ class JaxBackend(Backend):
             return device
         import jax
 
-        if jax.config.jax_default_device is None and device == self._first_device():
-            return None
-        return device
+        unset = getattr(jax.config, "jax_default_device", None) is None
+        return None if unset and device == self._first_device() else device
 
     def _first_device(self) -> Any:
         first = self.__dict__.get("_first")
