@@ -36,6 +36,7 @@ from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
+from ._row_tables import index_bounds, kept_rows
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
@@ -237,8 +238,9 @@ class ALiBi(RememberedBias):
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
-        # -|k - q| as (*batch, Q, K), exact below 2**24; 0 - x keeps the diagonal +0.0
-        neg = 0.0 - xp.abs(xp.astype(_distance(q, k, index_dtype(ctx), xp=xp), cdt))
+        # -|k - q| as (*batch, Q, K), exact below 2**24: negated as integers, so that the
+        # diagonal is +0.0 (as 0.0 - x gives; torch's float scalar minus a tensor costs more)
+        neg = xp.astype(-xp.abs(_distance(q, k, index_dtype(ctx), xp=xp)), cdt)
         m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return xp.expand_dims(neg, axis=-3) * m
@@ -314,6 +316,9 @@ class TransformerXL(RememberedEmbedding):
                                                 or xp.isdtype(k.dtype, "integral")):
             idt = index_dtype(ctx)  # q - k, exact in integers
             q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
+            kept = self._kept_distances(q, k, ctx=ctx, dtype=dtype)
+            if kept is not None:
+                return kept
             if f64 and math.prod(q.shape) * math.prod(k.shape) < _BY_DISTANCE_MIN_PAIRS:
                 return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
             rel = q[..., :, None] - k[..., None, :]
@@ -340,6 +345,26 @@ class TransformerXL(RememberedEmbedding):
         # rel (..., 1) broadcasts against ω as one position per pair would
         cos, sin = cos_sin(rel, freqs, ctx=ctx, per_pair=True, omega=omega)
         return ctx.xp.concat((sin, cos), axis=-1)
+
+    def _kept_distances(self, q: Any, k: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
+        """Eager integer ``q``, ``k``: the rows at ``q - k`` of a table of the distances
+        ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``; None where
+        no table serves them."""
+        qb = index_bounds(q, ctx=ctx)
+        kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
+        if qb is None or kb is None:
+            return None
+        xp = ctx.xp
+
+        def build(d: Any) -> Any:  # as _by_distance: one angle per distance
+            cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
+            return xp.concat((sin, cos), axis=-1)
+
+        rel = (xp.reshape(q, (*q.shape, 1))
+               - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])))  # (*batch, Q, K)
+        return kept_rows(self, "distances", rel, bounds=(qb[0] - kb[1], qb[1] - kb[0]),
+                         width=int(self._values["dim"]), ctx=ctx, dtype=dtype, build=build,
+                         centered=True)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in
@@ -372,8 +397,10 @@ def _as(a: Any, dtype: Any, *, xp: Any) -> Any:
 
 def _distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
     """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
-    the dtype looked up once per call."""
-    return _as(k, idt, xp=xp)[..., None, :] - _as(q, idt, xp=xp)[..., :, None]
+    the dtype looked up once per call and the axes added by reshaping (indexing with ``None``
+    costs torch twice as much)."""
+    k, q = _as(k, idt, xp=xp), _as(q, idt, xp=xp)
+    return xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])) - xp.reshape(q, (*q.shape, 1))
 
 
 def _pair_difference(q: Any, k: Any, *, xp: Any) -> Any:

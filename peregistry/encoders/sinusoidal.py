@@ -30,6 +30,7 @@ from .._hooks import hookimpl
 from .._options import Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
+from ._row_tables import index_bounds, kept_rows
 from .base import AbsoluteEncoder, Ctx
 
 __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
@@ -65,6 +66,17 @@ class Sinusoidal(AbsoluteEncoder):
         return freqs
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
+        # eager integer positions: rows of a table of positions 0 .. n-1 kept across calls
+        bounds = index_bounds(positions, ctx=ctx)
+        if bounds is not None:
+            rows = kept_rows(self, "positions", positions, bounds=bounds, width=self.dim,
+                             ctx=ctx, dtype=ctx.wide,
+                             build=lambda i: self._computed(i, ctx=ctx))
+            if rows is not None:
+                return rows
+        return self._computed(positions, ctx=ctx)
+
+    def _computed(self, positions: Any, *, ctx: Ctx) -> Any:
         xp = ctx.xp
         omega = None  # with float64, ω kept as an array per backend, device and dtype
         if ctx.has_float64:

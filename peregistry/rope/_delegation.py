@@ -53,6 +53,7 @@ __all__ = [
     "rows_pay_off",
     "take_entries",
     "take_last",
+    "take_wrapped",
     "token_reader",
     "values_token",
     "wide_int",
@@ -172,7 +173,13 @@ def cache_scope(xp: Any) -> AbstractContextManager[Any]:
 
 def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be read
-    now (inside a trace)."""
+    now (inside a trace). A short 1-D NumPy or eager torch array is read as a list (a
+    reduction costs more than that)."""
+    name = getattr(ctx.xp, "__name__", None)
+    if (name in _NUMPY_NAMES or name in _TORCH_NAMES) and x.ndim == 1 and x.shape[0] <= 64 \
+            and not ctx.backend.is_tracing(x):
+        values = x.tolist()
+        return min(values), max(values)
     if _is_torch(ctx.xp):
         return _torch.int_bounds(x)
     if _is_jax(ctx.xp):
@@ -227,6 +234,16 @@ def take_entries(x: Any, idx: Any, *, xp: Any) -> Any:
         return sys.modules["numpy"].take(x, idx)
     flat = xp.take(xp.reshape(x, (-1,)), xp.reshape(idx, (-1,)), axis=0)
     return xp.reshape(flat, tuple(idx.shape))
+
+
+def take_wrapped(table: Any, idx: Any, *, ctx: Ctx) -> Any:
+    """Rows of ``table`` at integer ``idx`` in ``[-n, n)``, a negative index counting from the
+    end as Python's indexing does: torch's and NumPy's gathers do so themselves; elsewhere
+    ``idx % n`` first (the standard leaves negative indices of ``take`` unspecified)."""
+    name = getattr(ctx.xp, "__name__", None)
+    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+        return ctx.backend.take(table, idx, axis=0)
+    return ctx.backend.take(table, idx % table.shape[0], axis=0)
 
 
 def rows_pay_off(xp: Any) -> bool:

@@ -1,0 +1,82 @@
+"""Tables of rows kept across eager calls, for encoders whose output at an integer index is a row
+computed elementwise from it: ``sinusoidal`` at a position, ``transformer-xl`` at a distance
+``q - k``. A call whose indices fall in a kept table's reach gathers its rows instead of
+computing them: the same bits, since each row is what computing its index alone gives (the
+angles, sines and cosines are elementwise) and a cast to the output dtype commutes with the
+gather. The tables live in the process's cache of rotary position tables (its byte budget,
+least recently used first out, :func:`peregistry.rope.clear_caches`); only in eager mode, on
+arrays whose values are read without a device synchronization, and not on JAX, where each
+eager gather dispatches a program of its own while the computation runs as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import _lazy
+from ..rope._table_cache import SHARED, _Key, device_key
+
+if TYPE_CHECKING:
+    from ..rope import _delegation
+    from .base import Ctx, Encoder
+else:  # imported by the first call that needs it (peregistry/_lazy.py)
+    _delegation = _lazy.delegation(globals())
+
+__all__ = ["ROW_TABLE_BYTES", "index_bounds", "kept_rows"]
+
+#: The largest table kept per encoder, device and dtype (larger reaches are computed).
+ROW_TABLE_BYTES = 32 << 20
+
+
+def index_bounds(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of the eager integer array ``a`` as Python ints, or None where the rows
+    may not serve it: a trace, an empty or non-integer array, JAX, a device whose values cost
+    a synchronization to read."""
+    xp = ctx.xp
+    if (ctx.backend.is_tracing(a) or a.dtype not in (xp.int32, xp.int64)
+            or not _delegation.rows_pay_off(xp) or not _delegation.reads_cheaply(a, xp=xp)):
+        return None
+    size = 1
+    for n in a.shape:
+        size *= int(n)
+    if size == 0:
+        return None
+    return _delegation.int_bounds(a, ctx=ctx)
+
+
+def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], width: int,
+              ctx: Ctx, dtype: Any, build: Callable[[Any], Any],
+              centered: bool = False) -> Any | None:
+    """The rows of ``enc``'s kept table ``name`` of ``dtype`` at integer ``idx`` (of
+    ``bounds``, read by :func:`index_bounds`), each ``(width,)``: ``(*idx.shape, width)``.
+    Row ``j`` of a table of ``n`` rows is ``build(i)[j]`` for ``i = arange(n)``; if
+    ``centered`` (distances), for ``i = [0 .. n/2 - 1, -n/2 .. -1]``, so that a negative index
+    reads its row counting from the end (:func:`~peregistry.rope._delegation.take_wrapped`).
+    The table is made, or grown to the next power of two of rows, on first need. None if it would take more than
+    :data:`ROW_TABLE_BYTES` or the shared cache's budget, if ``idx`` is negative and the table not centered, or if its
+    rows could not be kept (a trace, a torch inference tensor): the caller computes."""
+    lo, hi = bounds
+    if lo < 0 and not centered:
+        return None
+    need = 2 * max(hi + 1, -lo) if centered else hi + 1
+    xp = ctx.xp
+    key = _Key((("rows", name, type(enc), enc), device_key(ctx.device), dtype, ctx.wide))
+    have = SHARED.get(key)
+    table = None if have is None else have[0]
+    if table is None or table.shape[0] < need:
+        n = 1 << max(10, (need - 1).bit_length())
+        nbytes = n * width * (xp.finfo(dtype).bits // 8)
+        if nbytes > min(ROW_TABLE_BYTES, SHARED.budget):  # (budget 0: no tables, computed)
+            return None
+        with _delegation.cache_scope(xp):
+            i = xp.arange(n, dtype=_delegation.wide_int(xp), device=ctx.device)
+            table = build((i + n // 2) % n - n // 2 if centered else i)
+            if table.dtype != dtype:
+                table = xp.astype(table, dtype)
+        if not _delegation.cacheable(table, ctx=ctx):
+            return None
+        SHARED.put(key, (table, None), nbytes)
+    if centered:
+        return _delegation.take_wrapped(table, idx, ctx=ctx)
+    return ctx.backend.take(table, idx, axis=0)
