@@ -6,6 +6,7 @@ output dtype, and the cases the tables must not serve."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,13 @@ import peregistry as per
 from peregistry.encoders import _row_tables
 from peregistry.rope import clear_caches
 from peregistry.rope._table_cache import SHARED
+
+
+def _gathers(backend: Any) -> None:
+    """Skip on JAX, which computes instead of gathering rows (one compiled program; no table
+    is kept there: test_what_the_tables_do_not_serve), so both sides would be computed."""
+    if backend.name == "jax":
+        pytest.skip("JAX computes rows (one compiled program): no table to compare")
 
 
 def _row_tables_kept() -> list[Any]:
@@ -46,6 +54,7 @@ def _dtypes(backend: Any) -> list[str | None]:
 @pytest.mark.parametrize("layout", ["interleaved", "split"])
 def test_sinusoidal_rows_have_the_bits_of_computing(backend: Any, layout: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _gathers(backend)
     clear_caches()
     enc: Any = per.get_encoder("sinusoidal", dim=24, layout=layout)
     rng = np.random.default_rng(4)
@@ -58,13 +67,14 @@ def test_sinusoidal_rows_have_the_bits_of_computing(backend: Any, layout: str,
     clear_caches()  # one table per dtype from here on, grown as the positions need
     for i, (run, want) in enumerate(zip(calls, wants, strict=True)):
         got = run()
-        assert bool(_row_tables_kept()) == (backend.name != "jax")  # (JAX: one program)
+        assert _row_tables_kept()
         assert got.dtype == want.dtype and got.shape == (*want.shape[:-1], 24)
         np.testing.assert_array_equal(got, want, err_msg=str(i))
 
 
 def test_transformer_xl_rows_have_the_bits_of_computing(backend: Any,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _gathers(backend)
     clear_caches()
     enc: Any = per.get_encoder("transformer-xl", dim=16)
     rng = np.random.default_rng(5)
@@ -83,7 +93,7 @@ def test_transformer_xl_rows_have_the_bits_of_computing(backend: Any,
     clear_caches()  # one table per dtype from here on, grown as the distances need
     for i, (run, want) in enumerate(zip(calls, wants, strict=True)):
         got = run()
-        assert bool(_row_tables_kept()) == (backend.name != "jax")  # (JAX: one program)
+        assert _row_tables_kept()
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want, err_msg=str(i))
 
@@ -142,3 +152,92 @@ def _x64() -> bool:
     except ImportError:
         return False
     return bool(jax.config.jax_enable_x64)
+
+
+def test_rows_are_served_from_the_kept_table(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a table reaches the positions, calls compute nothing: no row of the table, no
+    angle; a position beyond it grows the table once."""
+    _gathers(backend)
+    clear_caches()
+    sin_: Any = per.get_encoder("sinusoidal", dim=8)
+    txl: Any = per.get_encoder("transformer-xl", dim=8)
+    computed: list[Any] = []
+    real_s, real_t = type(sin_)._computed, type(txl)._sin_cos
+    monkeypatch.setattr(type(sin_), "_computed",
+                        lambda self, p, ctx: computed.append(p.shape) or real_s(self, p, ctx=ctx))
+    monkeypatch.setattr(type(txl), "_sin_cos",
+                        lambda self, r, ctx: computed.append(r.shape) or real_t(self, r, ctx=ctx))
+    a = backend.from_numpy
+    sin_.encode(a(np.arange(5)))
+    txl.embed(a(np.arange(5)), a(np.arange(7)))
+    assert computed == [(1024,), (1024, 1)]  # the two tables, nothing per call
+    for i in range(3):
+        sin_.encode(a(np.arange(5) + 100 * i))
+        txl.embed(a(np.arange(3) * i), a(np.arange(9)))
+    assert len(computed) == 2
+    sin_.encode(a(np.array([1500])))  # beyond 1024 positions: grown once, to 2048
+    txl.embed(a(np.array([700])), a(np.array([-700])))  # distance 1400: 4096 rows
+    sin_.encode(a(np.array([2000])))
+    assert computed[2:] == [(2048,), (4096, 1)]
+
+
+def test_a_zero_dimensional_position_gets_an_array_of_its_own() -> None:
+    """torch indexes a table with a 0-d tensor as with an int (a view of the table): such
+    positions are computed, and writing into the result changes nothing kept."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    clear_caches()
+    enc: Any = per.get_encoder("sinusoidal", dim=8)
+    want = enc.encode(torch.tensor([3, 4]), dtype=torch.float64)
+    out = enc.encode(torch.tensor(3), dtype=torch.float64)
+    out.fill_(7.0)
+    torch.testing.assert_close(enc.encode(torch.tensor([3, 4]), dtype=torch.float64), want,
+                               rtol=0, atol=0)
+
+
+def test_torch_jit_trace_reads_no_values() -> None:
+    """Under ``torch.jit.trace`` values are not read (they would be baked into the trace as
+    constants, and a table with them): the traced function serves other positions."""
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    clear_caches()
+    sin_: Any = per.get_encoder("sinusoidal", dim=8)
+    txl: Any = per.get_encoder("transformer-xl", dim=8)
+
+    def both(p: Any) -> Any:
+        return sin_.encode(p).sum() + txl.embed(p, p).sum()
+
+    with warnings.catch_warnings():  # (deprecated in favour of torch.compile / export, which
+        warnings.simplefilter("ignore", DeprecationWarning)  # models exported for ONNX use)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # (shapes read: fixed here)
+        traced = torch.jit.trace(both, (torch.arange(8),), check_trace=False)
+    for p in (torch.arange(8), torch.arange(8) + 2990, torch.arange(8) * 300):
+        torch.testing.assert_close(traced(p), both(p), rtol=0, atol=0)
+
+
+def test_a_subclass_with_its_own_frequencies_gets_them_from_the_table(
+        backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from peregistry.encoders.relative import TransformerXL
+    from peregistry.encoders.sinusoidal import sinusoidal_frequencies
+
+    class SlowXL(TransformerXL):
+        name = "test-slow-xl"
+        __slots__ = ()
+
+        @property
+        def frequencies(self) -> Any:
+            return sinusoidal_frequencies(int(self._values["dim"]), 500.0)
+
+    clear_caches()
+    enc = SlowXL(dim=8)
+    q = backend.from_numpy(np.arange(6))
+
+    def run() -> Any:
+        return backend.to_numpy(enc.embed(q, q))
+
+    got = run()
+    np.testing.assert_array_equal(got, _computed(monkeypatch, run))
+    assert not np.array_equal(got, backend.to_numpy(per.get_encoder("transformer-xl", dim=8)
+                                                    .embed(q, q)))

@@ -153,7 +153,8 @@ class TorchBackend(Backend):
     def is_tracing(self, x: Any) -> bool:
         torch = sys.modules["torch"]  # asked on every call: a dict read, not an import
 
-        if torch.compiler.is_compiling():
+        # torch.jit.trace too: values read there would be baked into the trace as constants
+        if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
             return True
         if type(x) is torch.Tensor and torch._C._functorch.peek_interpreter_stack() is None:
             return False  # eager, outside torch.func transforms: no wrapper (the common case)

@@ -54,10 +54,11 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
     ``centered`` (distances), for ``i = [0 .. n/2 - 1, -n/2 .. -1]``, so that a negative index
     reads its row counting from the end (:func:`~peregistry.rope._delegation.take_wrapped`).
     The table is made, or grown to the next power of two of rows, on first need. None if it would take more than
-    :data:`ROW_TABLE_BYTES` or the shared cache's budget, if ``idx`` is negative and the table not centered, or if its
+    :data:`ROW_TABLE_BYTES` or the shared cache's budget (so would its computation, in the
+    wide dtype), if ``idx`` is 0-d, if ``idx`` is negative and the table not centered, or if its
     rows could not be kept (a trace, a torch inference tensor): the caller computes."""
     lo, hi = bounds
-    if lo < 0 and not centered:
+    if (lo < 0 and not centered) or idx.ndim == 0:  # (torch gives a 0-d index a view)
         return None
     need = 2 * max(hi + 1, -lo) if centered else hi + 1
     xp = ctx.xp
@@ -67,7 +68,8 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
     if table is None or table.shape[0] < need:
         n = 1 << max(10, (need - 1).bit_length())
         nbytes = n * width * (xp.finfo(dtype).bits // 8)
-        if nbytes > min(ROW_TABLE_BYTES, SHARED.budget):  # (budget 0: no tables, computed)
+        built = n * width * (xp.finfo(ctx.wide).bits // 8)  # (computed in the wide dtype)
+        if max(nbytes, built) > min(ROW_TABLE_BYTES, SHARED.budget):  # (0: computed)
             return None
         with _delegation.cache_scope(xp):
             i = xp.arange(n, dtype=_delegation.wide_int(xp), device=ctx.device)

@@ -340,7 +340,7 @@ class TransformerXL(RememberedEmbedding):
         """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
         float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
         per backend, device and dtype."""
-        freqs = self._cache["freqs"]
+        freqs = self.frequencies
         omega = eager_constant(self, "omega_arrays", freqs.omega, ctx.wide, ctx=ctx, like=rel)
         # rel (..., 1) broadcasts against ω as one position per pair would
         cos, sin = cos_sin(rel, freqs, ctx=ctx, per_pair=True, omega=omega)
@@ -356,7 +356,9 @@ class TransformerXL(RememberedEmbedding):
             return None
         xp = ctx.xp
 
-        def build(d: Any) -> Any:  # as _by_distance: one angle per distance
+        def build(d: Any) -> Any:  # one angle per distance, as _embed computes each pair's
+            if ctx.has_float64:
+                return self._sin_cos(xp.reshape(d, (-1, 1)), ctx=ctx)
             cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
             return xp.concat((sin, cos), axis=-1)
 
