@@ -53,12 +53,15 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
     Row ``j`` of a table of ``n`` rows is ``build(i)[j]`` for ``i = arange(n)``; if
     ``centered`` (distances), for ``i = [0 .. n/2 - 1, -n/2 .. -1]``, so that a negative index
     reads its row counting from the end (:func:`~peregistry.rope._delegation.take_wrapped`).
-    The table is made, or grown to the next power of two of rows, on first need. None if it would take more than
-    :data:`ROW_TABLE_BYTES` or the shared cache's budget (so would its computation, in the
-    wide dtype), if ``idx`` is 0-d, if ``idx`` is negative and the table not centered, or if its
-    rows could not be kept (a trace, a torch inference tensor): the caller computes."""
+    The table is made, or grown to the next power of two of rows, on first need.
+
+    None, and the caller computes: if the table, or its computation in the wide dtype, would
+    take more than :data:`ROW_TABLE_BYTES` or the shared cache's budget; if ``idx`` is 0-d
+    (torch would index with it as with an int, a view of the table); if ``idx`` is negative
+    and the table not centered; or if its rows could not be kept (a trace, a torch inference
+    tensor)."""
     lo, hi = bounds
-    if (lo < 0 and not centered) or idx.ndim == 0:  # (torch gives a 0-d index a view)
+    if (lo < 0 and not centered) or idx.ndim == 0:
         return None
     need = 2 * max(hi + 1, -lo) if centered else hi + 1
     xp = ctx.xp

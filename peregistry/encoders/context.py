@@ -31,8 +31,9 @@ class Ctx:
 
     :ivar xp: the Array API namespace of the inputs.
     :ivar backend: the adapter of that namespace.
-    :ivar device: the inputs' device (None inside a tracer, for a sharded array, and for JAX
-        arrays not committed to a device: arrays made with it then go where they go).
+    :ivar device: the inputs' device (None inside a tracer, for a sharded array, and for a
+        JAX array not committed to a device on the default one: arrays made with it are then
+        not committed either).
     :ivar wide: the float dtype to compute in (float64 where the backend offers it).
     """
 

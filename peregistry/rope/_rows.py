@@ -23,7 +23,7 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
 
 __all__ = ["cos_sin_rows", "gather_rows", "one_row", "token_row"]
 
-#: The multi-axis tokens whose gather indices an encoder keeps per device (a few KiB).
+#: The multi-axis tokens whose gather indices an encoder keeps, over all devices (a few KiB).
 ENTRIES_KEPT = 256
 
 
