@@ -141,3 +141,27 @@ def test_convert_preserves_bfloat16_and_detaches_torch() -> None:
 def test_convert_rejects_non_arrays() -> None:
     with pytest.raises(TypeError, match="convert: expected arrays of a registered backend"):
         per.convert({"a": object()}, np)
+
+
+def test_placement_is_the_device_unless_an_adapter_says_else() -> None:
+    """``Backend.placement`` (the device a call makes its arrays on) is the adapter's own
+    ``device``, also for a third-party adapter that overrides only ``device``, and an
+    adapter's ``placement`` override wins."""
+    from peregistry.backends import Backend
+
+    class OnlyDevice(Backend):
+        name = "test-only-device"
+
+        def device(self, x: Any) -> Any:
+            return f"dev-{x}"
+
+    class OwnPlacement(OnlyDevice):
+        def placement(self, x: Any) -> Any:
+            return None
+
+    class Inherits(OnlyDevice):
+        pass
+
+    assert OnlyDevice().placement(3) == "dev-3" == Inherits().placement(3)
+    assert OwnPlacement().placement(3) is None and OwnPlacement().device(3) == "dev-3"
+    assert Backend().placement(np.arange(2)) == Backend().device(np.arange(2))

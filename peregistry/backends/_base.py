@@ -97,10 +97,16 @@ class Backend:
         """The device ``x`` lives on."""
         return x.device
 
-    def placement(self, x: Any) -> Any:
-        """The device a call on ``x`` makes its arrays on (:class:`~peregistry.Ctx`'s
-        ``device``): ``x``'s own; None leaves placement to the framework."""
-        return self.device(x)
+    #: The device a call on ``x`` makes its arrays on (:class:`~peregistry.Ctx`'s ``device``;
+    #: None leaves placement to the framework): by default :meth:`device` itself, also in a
+    #: subclass that overrides only :meth:`device` (:meth:`__init_subclass__`; one call on
+    #: the hot path, not two).
+    placement = device
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "device" in cls.__dict__ and "placement" not in cls.__dict__:
+            cls.placement = cls.__dict__["device"]
 
     def default_device(self) -> Any:
         return self.namespace().__array_namespace_info__().default_device()
