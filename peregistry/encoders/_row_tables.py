@@ -11,6 +11,7 @@ eager gather dispatches a program of its own while the computation runs as one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,26 +24,28 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["ROW_TABLE_BYTES", "index_bounds", "kept_rows"]
+__all__ = ["ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_rows"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
 
 
-def index_bounds(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
-    """``(min, max)`` of the eager integer array ``a`` as Python ints, or None where the rows
-    may not serve it: a trace, an empty or non-integer array, JAX, a device whose values cost
-    a synchronization to read."""
-    xp = ctx.xp
-    if (ctx.backend.is_tracing(a) or a.dtype not in (xp.int32, xp.int64)
-            or not _delegation.rows_pay_off(xp) or not _delegation.reads_cheaply(a, xp=xp)):
+def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
+    tracer's, or on a device where reading values would synchronize it."""
+    if ctx.backend.is_tracing(a) or math.prod(int(n) for n in a.shape) == 0:
         return None
-    size = 1
-    for n in a.shape:
-        size *= int(n)
-    if size == 0:
+    if not _delegation.reads_cheaply(a, xp=ctx.xp):
         return None
     return _delegation.int_bounds(a, ctx=ctx)
+
+
+def index_bounds(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """:func:`int_range` of ``a`` where rows may serve it: an int32/int64 array, not on JAX."""
+    xp = ctx.xp
+    if a.dtype not in (xp.int32, xp.int64) or not _delegation.rows_pay_off(xp):
+        return None
+    return int_range(a, ctx=ctx)
 
 
 def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], width: int,

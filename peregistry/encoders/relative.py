@@ -36,7 +36,7 @@ from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
-from ._row_tables import index_bounds, kept_rows
+from ._row_tables import index_bounds, int_range, kept_rows
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
@@ -417,16 +417,6 @@ def _size(a: Any) -> int:
     for d in a.shape:
         n *= int(d)
     return n
-
-
-def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
-    """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
-    tracer's, or on a device where reading values would synchronize it."""
-    if ctx.backend.is_tracing(a) or _size(a) == 0:
-        return None
-    if not _delegation.reads_cheaply(a, xp=ctx.xp):
-        return None
-    return _delegation.int_bounds(a, ctx=ctx)
 
 
 @hookimpl

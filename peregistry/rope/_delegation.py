@@ -111,11 +111,10 @@ def full_width_tables(cos: Any, sin: Any, *, layout: Layout, dtype: Any,
     if _is_jax(xp) and not (_is_tracer(cos) or _is_tracer(sin)):
         from .._jax_eager import compiled_call
 
-        wide = dtype in (xp.float32, xp.float64)
-        cos, sin = compiled_call(_spread, cos, sin, layout=layout,
-                                 dtype=dtype if wide else cos.dtype, xp=xp)
+        inside = dtype if dtype in (xp.float32, xp.float64) else None
+        cos, sin = compiled_call(_spread, cos, sin, layout=layout, dtype=inside, xp=xp)
     else:
-        cos, sin = _spread(cos, sin, layout=layout, dtype=None, xp=xp)
+        cos, sin = _spread(cos, sin, layout=layout, dtype=dtype, xp=xp)
     if cos.dtype == dtype:  # full_width made new arrays already
         return cos, sin
     return xp.astype(cos, dtype), xp.astype(sin, dtype)
