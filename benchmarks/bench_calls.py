@@ -12,7 +12,8 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     ours and of the hand-written code, for NumPy, torch and JAX (not jitted). Goal: <= 20 µs per
     call on NumPy and torch; on eager JAX, where one small operation costs several µs itself,
     ours minus hand-written <= 20 µs. Each case repeats one call (a rotary call is then the
-    remembered case); ``t5`` is also given new positions arrays on every call.
+    remembered case); ``t5`` is also given new positions arrays on every call: of the same values,
+    shifted (a sliding window), and of new differences ``k - q`` (nothing kept serves them).
 ``llama``
     A tiny Llama (transformers; 2 layers, hidden 64, one thread) generating 32 tokens: ms/token
     with the model's own RoPE, with ``enc.cos_sin`` feeding the model's apply function, and with
@@ -175,6 +176,17 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
     fresh = itertools.cycle([asarray(np.arange(8) + i) for i in range(16)])
     yield ("t5.bias(new 8, 8 each call)",
            lambda: t5.bias(next(fresh), next(fresh), params=tp),
+           lambda: _hand.hand_t5(xp, fpos, fpos, tp["table"], idt))
+    # a sliding window (new values, the same differences k - q each call), and positions of new
+    # differences each call, which nothing kept by values serves
+    moved = itertools.cycle([asarray(np.arange(8) + i) for i in range(256)])
+    yield ("t5.bias(8, 8 sliding each call)",
+           lambda: t5.bias(*itertools.repeat(next(moved), 2), params=tp),
+           lambda: _hand.hand_t5(xp, fpos, fpos, tp["table"], idt))
+    rng = np.random.default_rng(0)
+    scattered = itertools.cycle([asarray(np.sort(rng.permutation(64)[:8])) for _ in range(256)])
+    yield ("t5.bias(8, 8 new differences each)",
+           lambda: t5.bias(*itertools.repeat(next(scattered), 2), params=tp),
            lambda: _hand.hand_t5(xp, fpos, fpos, tp["table"], idt))
     shaw: Any = per.get_encoder("shaw", max_distance=4, dim=16)
     sp = shaw.init(xp, dtype=xp.float32)

@@ -6,13 +6,15 @@ angles, sines and cosines are elementwise) and a cast to the output dtype commut
 gather. The tables live in the process's cache of rotary position tables (its byte budget,
 least recently used first out, :func:`peregistry.rope.clear_caches`); only in eager mode, on
 arrays whose values are read without a device synchronization, and not on JAX, where each
-eager gather dispatches a program of its own while the computation runs as one.
+eager gather dispatches a program of its own while the computation runs as one. Pair encoders
+also keep what they derive from the values of short query and key positions alone (buckets,
+clipped distances) by those values: :func:`kept_pairs`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
@@ -24,10 +26,19 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_rows"]
+__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_pairs",
+           "kept_rows", "pair_values"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
+#: The most positions per side whose values :func:`pair_values` reads (64 x 64 pairs).
+PAIR_SIDE = 64
+#: The arrays :func:`kept_pairs` keeps per encoder (all dropped when full): at most 4096
+#: elements each, so a few MiB at most.
+PAIRS_KEPT = 16
+
+#: Query and key positions less the first query position, as read by :func:`pair_values`.
+PairValues = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
@@ -88,3 +99,44 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
     if centered:
         return _delegation.take_wrapped(table, idx, ctx=ctx)
     return ctx.backend.take(table, idx, axis=0)
+
+
+def pair_values(q: Any, k: Any, *, ctx: Ctx) -> PairValues | None:
+    """Eager 1-D integer query and key positions of at most :data:`PAIR_SIDE` each, read on the
+    host where that costs less than one small operation (NumPy, CPU torch:
+    :func:`~peregistry.rope._delegation.short_ints`), less the first query position: the
+    differences ``k_j - q_i``, all a relative encoder depends on, and nothing else (a sliding
+    window reads the same values every step). None where they are not read."""
+    qv = _delegation.short_ints(q, ctx=ctx, limit=PAIR_SIDE)
+    if qv is None:
+        return None
+    kv = qv if k is q else _delegation.short_ints(k, ctx=ctx, limit=PAIR_SIDE)
+    if kv is None:
+        return None
+    s = qv[0]
+    if s:
+        qv, kv = tuple([v - s for v in qv]), tuple([v - s for v in kv])
+    return qv, kv
+
+
+def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: Callable[[], Any],
+               extra: Hashable = None) -> Any:
+    """``build()``, which must depend only on the differences of the positions ``values``
+    (from :func:`pair_values`), the backend, the device and ``extra`` (a dtype, say): kept in
+    ``enc``'s cache under all of them with ``kind``, and returned by later calls with the same
+    ones instead of building again. A model asks for the bias of the same positions on every
+    layer and step: this skips the distances, clipping and buckets, leaving the gather of the
+    learned values (which change). Callers never hand out what is kept (it is an index or an
+    operand), and at most :data:`PAIRS_KEPT` are kept per encoder, all dropped when full."""
+    kept: dict[Hashable, Any] | None = enc._cache.get("pairs")
+    if kept is None:
+        kept = enc._cache["pairs"] = {}
+    key = (kind, ctx.backend.name, device_key(ctx.device), extra, values)
+    out = kept.get(key)
+    if out is None:
+        with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
+            out = build()
+        if len(kept) >= PAIRS_KEPT:
+            kept.clear()
+        kept[key] = out
+    return out

@@ -29,24 +29,19 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import _lazy
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
-from ._row_tables import index_bounds, int_range, kept_rows
+from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of
+from ._row_tables import index_bounds, int_range, kept_pairs, kept_rows, pair_values
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
 from .relative_calls import RememberedBias, RememberedEmbedding
 from .sinusoidal import sinusoidal_frequencies
-
-if TYPE_CHECKING:
-    from ..rope import _delegation
-else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    _delegation = _lazy.delegation(globals())
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
 
@@ -160,16 +155,23 @@ class T5Bias(LearnedParams, RememberedBias):
 
     def _lut_index(self, d: Any, *, ctx: Ctx) -> Any:
         m = int(self._values["max_distance"])
-        return _clip(_as(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
+        return clip_int(as_dtype(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
-        idt = index_dtype(ctx)
-        m = int(self._values["max_distance"])
-        idx = self._lut_index(_distance(q, k, idt, xp=xp), ctx=ctx)  # (*batch, Q, K)
-        lut = eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
-        if _size(idx) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
+        values = pair_values(q, k, ctx=ctx)
+        if values is not None:  # short eager positions: their (Q, K) buckets are kept
+
+            def buckets() -> Any:
+                idx, lut = self._lut_indices(q, k, ctx=ctx)
+                return gather(lut, idx, axis=0, ctx=ctx)
+
+            return gather(table, kept_pairs(self, "buckets", values, ctx=ctx, build=buckets),
+                          axis=1, ctx=ctx)
+        idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
+        if size_of(idx) <= 2 * int(self._values["max_distance"]) + 1:
+            # few pairs: each pair's bucket, then its bias
             out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
         else:  # the bias of each clipped distance (H, 2M+1), then one gather per pair
             out = gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
@@ -177,6 +179,13 @@ class T5Bias(LearnedParams, RememberedBias):
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
+
+    def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> tuple[Any, Any]:
+        """The lookup index ``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, and
+        the bucket of each index (``(2M + 1,)``), both in the index dtype."""
+        idt = index_dtype(ctx)
+        idx = self._lut_index(int_distance(q, k, idt, xp=ctx.xp), ctx=ctx)
+        return idx, eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------
@@ -238,12 +247,19 @@ class ALiBi(RememberedBias):
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
-        # -|k - q| as (*batch, Q, K), exact below 2**24: negated as integers, so that the
-        # diagonal is +0.0 (as 0.0 - x gives; torch's float scalar minus a tensor costs more)
-        neg = xp.astype(-xp.abs(_distance(q, k, index_dtype(ctx), xp=xp)), cdt)
+
+        def negated() -> Any:
+            # -|k - q| as (*batch, 1, Q, K), exact below 2**24: negated as integers, so that the
+            # diagonal is +0.0 (as 0.0 - x gives; torch's float scalar minus a tensor costs more)
+            d = int_distance(q, k, index_dtype(ctx), xp=xp)
+            return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
+
+        values = pair_values(q, k, ctx=ctx)  # short eager positions: their -|k - q| is kept
+        neg = negated() if values is None else kept_pairs(
+            self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
         m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
-        return xp.expand_dims(neg, axis=-3) * m
+        return neg * m
 
 
 # -- Shaw ----------------------------------------------------------------------------------------
@@ -267,15 +283,13 @@ class Shaw(LearnedParams, RememberedEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         m = int(self._values["max_distance"])
-        idx = _clip(_distance(q, k, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
+
+        def rows() -> Any:  # the table row of each pair, (*batch, Q, K)
+            return clip_int(int_distance(q, k, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
+
+        values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
+        idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx, build=rows)
         return gather(params["table"], idx, axis=0, ctx=ctx)
-
-
-def _clip(d: Any, m: int, *, xp: Any) -> Any:
-    """``clip(d, -m, m)`` of an integer array: two ``where``s, or one kernel of the framework
-    (the same integers; array-api-compat's general ``clip`` costs more than the arithmetic of a
-    small call)."""
-    return _delegation.clip_int(d, -m, m, xp=xp)
 
 
 # -- Transformer-XL ------------------------------------------------------------------------------
@@ -315,19 +329,19 @@ class TransformerXL(RememberedEmbedding):
         if xp.isdtype(q.dtype, "integral") and (k.dtype == q.dtype
                                                 or xp.isdtype(k.dtype, "integral")):
             idt = index_dtype(ctx)  # q - k, exact in integers
-            q, k = _as(q, idt, xp=xp), _as(k, idt, xp=xp)
+            q, k = as_dtype(q, idt, xp=xp), as_dtype(k, idt, xp=xp)
             kept = self._kept_distances(q, k, ctx=ctx, dtype=dtype)
             if kept is not None:
                 return kept
             if f64 and math.prod(q.shape) * math.prod(k.shape) < _BY_DISTANCE_MIN_PAIRS:
-                return self._sin_cos(_pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
+                return self._sin_cos(pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
             rel = q[..., :, None] - k[..., None, :]
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
         elif f64:
-            return self._sin_cos(_pair_difference(_as(q, ctx.wide, xp=xp),
-                                                  _as(k, ctx.wide, xp=xp), xp=xp), ctx=ctx)
+            return self._sin_cos(pair_difference(as_dtype(q, ctx.wide, xp=xp),
+                                                  as_dtype(k, ctx.wide, xp=xp), xp=xp), ctx=ctx)
         else:
             rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
                    - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
@@ -350,11 +364,23 @@ class TransformerXL(RememberedEmbedding):
         """Eager integer ``q``, ``k``: the rows at ``q - k`` of a table of the distances
         ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``; None where
         no table serves them."""
-        qb = index_bounds(q, ctx=ctx)
-        kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
-        if qb is None or kb is None:
-            return None
         xp = ctx.xp
+
+        def distances() -> Any:  # q - k, (*batch, Q, K)
+            return (xp.reshape(q, (*q.shape, 1))
+                    - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])))
+
+        values = pair_values(q, k, ctx=ctx)
+        if values is not None:  # short eager positions: their distances and range are kept
+            qv, kv = values
+            rel, bounds = kept_pairs(self, "distances", values, ctx=ctx, build=lambda: (
+                distances(), (min(qv) - max(kv), max(qv) - min(kv))))
+        else:
+            qb = index_bounds(q, ctx=ctx)
+            kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
+            if qb is None or kb is None:
+                return None
+            rel, bounds = distances(), (qb[0] - kb[1], qb[1] - kb[0])
 
         def build(d: Any) -> Any:  # one angle per distance, as _embed computes each pair's
             if ctx.has_float64:
@@ -362,9 +388,7 @@ class TransformerXL(RememberedEmbedding):
             cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
             return xp.concat((sin, cos), axis=-1)
 
-        rel = (xp.reshape(q, (*q.shape, 1))
-               - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])))  # (*batch, Q, K)
-        return kept_rows(self, "distances", rel, bounds=(qb[0] - kb[1], qb[1] - kb[0]),
+        return kept_rows(self, "distances", rel, bounds=bounds,
                          width=int(self._values["dim"]), ctx=ctx, dtype=dtype, build=build,
                          centered=True)
 
@@ -377,7 +401,7 @@ class TransformerXL(RememberedEmbedding):
         or the table would not be smaller than the pairs."""
         if ctx.backend.is_tracing(rel):  # values unknown (and no generators under Dynamo)
             return None
-        pairs = _size(rel)
+        pairs = size_of(rel)
         if pairs < _BY_DISTANCE_MIN_PAIRS:  # reading the range would cost more than it saves
             return None
         qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
@@ -391,32 +415,6 @@ class TransformerXL(RememberedEmbedding):
         cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
         table = xp.astype(xp.concat((sin, cos), axis=-1), dtype)
         return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
-
-
-def _as(a: Any, dtype: Any, *, xp: Any) -> Any:
-    return a if a.dtype == dtype else xp.astype(a, dtype)
-
-
-def _distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
-    """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
-    the dtype looked up once per call and the axes added by reshaping (indexing with ``None``
-    costs torch twice as much)."""
-    k, q = _as(k, idt, xp=xp), _as(q, idt, xp=xp)
-    return xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])) - xp.reshape(q, (*q.shape, 1))
-
-
-def _pair_difference(q: Any, k: Any, *, xp: Any) -> Any:
-    """``q - k`` as ``(*batch, Q, K, 1)`` (the axes added by reshaping: one torch call each,
-    where indexing with ``None`` costs two)."""
-    return (xp.reshape(q, (*q.shape, 1, 1))
-            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], 1)))
-
-
-def _size(a: Any) -> int:
-    n = 1
-    for d in a.shape:
-        n *= int(d)
-    return n
 
 
 @hookimpl

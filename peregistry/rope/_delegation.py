@@ -51,6 +51,7 @@ __all__ = [
     "reads_cheaply",
     "rotate",
     "rows_pay_off",
+    "short_ints",
     "take_entries",
     "take_last",
     "take_wrapped",
@@ -65,6 +66,8 @@ __all__ = [
 #: which Dynamo warns about when it traces a call (``torch.compile`` with warnings as errors).
 _TORCH_NAMES = frozenset({"torch", "array_api_compat.torch"})
 _NUMPY_NAMES = frozenset({"numpy", "array_api_compat.numpy"})
+#: ``(module, name)`` of the array classes :func:`short_ints` reads: exactly, not subclasses.
+_PLAIN_ARRAYS = frozenset({("numpy", "ndarray"), ("torch", "Tensor")})
 
 
 def _is_torch(xp: Any) -> bool:
@@ -265,6 +268,19 @@ def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
     if ctx.backend.is_tracing(flat):
         return None
     return [int(flat[i]) for i in range(int(flat.shape[0]))]
+
+
+def short_ints(x: Any, *, ctx: Ctx, limit: int) -> tuple[int, ...] | None:
+    """The values of a non-empty 1-D integer array of at most ``limit`` elements as a tuple of
+    Python ints, where reading them costs less than one small operation: an eager NumPy or CPU
+    torch array (a list, no reduction); None otherwise (a trace, a device, another framework,
+    another dtype or shape)."""
+    if (type(x).__module__, type(x).__name__) not in _PLAIN_ARRAYS or x.ndim != 1 \
+            or not 0 < x.shape[0] <= limit or not getattr(x, "is_cpu", True) \
+            or ctx.backend.is_tracing(x):
+        return None  # (a subclass, such as a sharded DTensor, may read values collectively)
+    values = x.tolist()
+    return tuple(values) if type(values[0]) is int else None  # (not float, nor bool)
 
 
 def wide_int(xp: Any) -> Any:

@@ -1,0 +1,230 @@
+"""The relative encoders keep what they derive from short eager integer positions (T5's buckets,
+Shaw's rows, ALiBi's ``-|k - q|``, Transformer-XL's distances) by the differences ``k - q``
+(peregistry/encoders/_row_tables.py, ``kept_pairs``; issue 17: the cost of small calls). Checked
+against computing (nothing kept) bit for bit, on every selected backend, through sliding windows,
+clipping, decode shapes, every output dtype, and the cases nothing may be kept for."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import BACKENDS
+
+import peregistry as per
+from peregistry.encoders import _row_tables, relative
+
+#: (name, options, params?) of each built-in encoder that keeps pairs.
+SPECS = [
+    ("t5", {"num_heads": 3}, True),
+    ("t5", {"num_heads": 2, "bidirectional": False, "num_buckets": 8, "max_distance": 6}, True),
+    ("alibi", {"num_heads": 5, "max_bias": 7.0}, False),  # (slopes not powers of two)
+    ("shaw", {"max_distance": 3, "dim": 4}, True),
+    ("transformer-xl", {"dim": 8}, False),
+]
+IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(SPECS)]
+
+#: (q, k) position sets: a window and the same window slid (the same differences), a decode
+#: step, negative and far positions (T5 and Shaw clip), scattered positions, int32, q != k, the
+#: queries of the first with other keys, a distance float32 rounds.
+POSITIONS = [
+    (np.arange(8), None),
+    (np.arange(8) + 100, None),
+    (np.array([9]), np.arange(10)),
+    (np.array([-4, 0, 3]), np.array([-9, 2, 5, 40])),
+    (np.arange(40) * 7, None),
+    (np.array([0, 5, 6, 31, 32]), np.array([1, 2, 60])),
+    (np.arange(6, dtype=np.int32), np.arange(9, dtype=np.int32) - 2),
+    (np.arange(8), np.arange(8)),
+    (np.arange(8), np.arange(8) + 3),
+    (np.array([0, 2**24 + 1, 2**25 + 3]), None),
+]
+
+
+def _keeps(backend: Any) -> bool:
+    """Where positions are read on the host for it: NumPy and CPU torch."""
+    return backend.name in ("numpy", "torch")
+
+
+def _kept(enc: Any) -> dict[Any, Any]:
+    return enc._cache.get("pairs", {})  # type: ignore[no-any-return]
+
+
+def _call(enc: Any, backend: Any, params: Any, q: Any, k: Any, dtype: Any = None) -> Any:
+    qa = backend.from_numpy(q)
+    ka = qa if k is None else backend.from_numpy(k)
+    if enc.name in ("shaw", "transformer-xl"):
+        return enc.embed(qa, ka, params=params, dtype=dtype)
+    return enc.bias(qa, ka, params=params, dtype=dtype)
+
+
+def _dtypes(backend: Any, name: str) -> list[str | None]:
+    out: list[str | None] = [None, "float32"]
+    if backend.name != "jax" or _x64():
+        out.append("float64")
+    if backend.name != "array_api_strict":
+        out.append("float16")
+    return out
+
+
+def _x64() -> bool:
+    try:
+        import jax
+    except ImportError:
+        return False
+    return bool(jax.config.jax_enable_x64)
+
+
+@pytest.mark.parametrize(("name", "options", "learned"), SPECS, ids=IDS)
+def test_kept_pairs_have_the_bits_of_computing(backend: Any, name: str, options: dict[str, Any],
+                                               learned: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    enc: Any = per.get_encoder(name, **options)
+    xp = backend.namespace()
+    params = enc.init(xp, seed=3, dtype=xp.float32) if learned else None
+    calls = [(q, k, dtype) for dtype in _dtypes(backend, name) for q, k in POSITIONS
+             if dtype != "float16" or q.max() < 2**10]  # (a bias float16 overflows: warned)
+    with monkeypatch.context() as m:
+        m.setattr(_row_tables, "PAIR_SIDE", 0)  # nothing read, nothing kept: computed
+        wants = [backend.to_numpy(_call(enc, backend, params, q, k, d)) for q, k, d in calls]
+        assert not _kept(enc)
+    for _ in range(2):  # kept by the first pass, served to the second
+        for (q, k, dtype), want in zip(calls, wants, strict=True):
+            got = backend.to_numpy(_call(enc, backend, params, q, k, dtype))
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want, err_msg=f"{q}, {k}, {dtype}")
+    assert bool(_kept(enc)) == _keeps(backend)
+
+
+@pytest.mark.parametrize(("name", "options", "learned"), SPECS[:4], ids=IDS[:4])
+def test_kept_pairs_are_served_by_differences(backend: Any, name: str, options: dict[str, Any],
+                                              learned: bool,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window slid along computes no distance again; new differences do, once."""
+    enc: Any = per.get_encoder(name, **options)
+    xp = backend.namespace()
+    params = enc.init(xp, seed=3) if learned else None
+    computed: list[Any] = []
+    real = relative.int_distance
+    monkeypatch.setattr(relative, "int_distance",
+                        lambda q, k, idt, xp: computed.append(q.shape) or real(q, k, idt, xp=xp))
+    for shift in (0, 5, 1000, -70):
+        _call(enc, backend, params, np.arange(6) + shift, None)
+    _call(enc, backend, params, np.arange(6) * 2, None)
+    _call(enc, backend, params, np.arange(6) * 2 + 9, None)
+    if backend.name == "jax":  # the hook runs as one compiled program per shape
+        assert not _kept(enc)
+        return
+    assert len(computed) == (2 if _keeps(backend) else 6)
+    assert len(_kept(enc)) == (2 if _keeps(backend) else 0)
+
+
+def test_transformer_xl_keeps_distances_by_differences(backend: Any) -> None:
+    enc: Any = per.get_encoder("transformer-xl", dim=8)
+    for shift in (0, 3, 500):
+        _call(enc, backend, None, np.arange(5) + shift, np.arange(7) + shift)
+    assert len(_kept(enc)) == (1 if _keeps(backend) else 0)
+    _call(enc, backend, None, np.arange(5), np.arange(7) + 1)
+    assert len(_kept(enc)) == (2 if _keeps(backend) else 0)
+
+
+def test_kept_pairs_are_bounded(backend: Any) -> None:
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    for i in range(3 * _row_tables.PAIRS_KEPT):
+        _call(enc, backend, None, np.array([0, 1]), np.array([0, i + 2]))
+        assert len(_kept(enc)) <= _row_tables.PAIRS_KEPT
+    if _keeps(backend):
+        assert _kept(enc)
+
+
+def test_what_nothing_is_kept_for(backend: Any) -> None:
+    """Batched (2-D) positions, more than PAIR_SIDE per side, real positions (transformer-xl):
+    computed every call, nothing kept."""
+    t5: Any = per.get_encoder("t5", num_heads=2)
+    xp = backend.namespace()
+    params = t5.init(xp, seed=0)
+    side = _row_tables.PAIR_SIDE
+    _call(t5, backend, params, np.arange(8).reshape(2, 4), None)
+    _call(t5, backend, params, np.arange(side + 1), np.arange(3))
+    _call(t5, backend, params, np.arange(3), np.arange(side + 1))
+    assert not _kept(t5)
+    txl: Any = per.get_encoder("transformer-xl", dim=8)
+    _call(txl, backend, None, np.array([0.5, 1.5]), np.array([0.0, 2.0]))
+    assert not _kept(txl)
+
+
+def _torch() -> Any:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    return torch
+
+
+def test_results_never_alias_what_is_kept() -> None:
+    torch = _torch()
+    for name, options, learned in SPECS:
+        enc: Any = per.get_encoder(name, **options)
+        params = enc.init(torch, seed=1) if learned else None
+        q = torch.arange(6)
+        call = enc.embed if name in ("shaw", "transformer-xl") else enc.bias
+        want = call(q, q, params=params).clone()
+        call(q, q, params=params).fill_(7.0)  # writing into a result changes nothing kept
+        torch.testing.assert_close(call(q, q, params=params), want, rtol=0, atol=0)
+
+
+def test_pairs_kept_in_inference_mode_serve_training() -> None:
+    """Buckets first kept inside torch.inference_mode serve a later call with autograd on (an
+    inference tensor could not be saved for backward)."""
+    torch = _torch()
+    enc: Any = per.get_encoder("t5", num_heads=2)
+    params = enc.init(torch, seed=0)
+    q = torch.arange(5)
+    with torch.inference_mode():
+        first = enc.bias(q, q, params=params)
+    assert not any(v.is_inference() for v in _kept(enc).values())
+    table = params["table"].clone().requires_grad_(True)
+    out = enc.bias(q, q, params={"table": table})
+    out.sum().backward()
+    torch.testing.assert_close(out.detach(), first.clone(), rtol=0, atol=0)
+    want = torch.zeros_like(table)
+    for b in enc.buckets(q[None, :] - q[:, None]).reshape(-1).tolist():
+        want[b] += 1.0
+    torch.testing.assert_close(table.grad, want, rtol=0, atol=0)
+
+
+def test_traces_and_tensor_subclasses_read_no_values() -> None:
+    """``torch.jit.trace`` would bake read values into the trace; a tensor subclass (a sharded
+    DTensor, say) may read them collectively: neither is read nor kept."""
+    torch = _torch()
+
+    class Sub(torch.Tensor):
+        pass
+
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    q = torch.arange(4)
+    sub = q.as_subclass(Sub)
+    torch.testing.assert_close(torch.as_tensor(enc.bias(sub, sub)), enc.bias(q, q) + 0,
+                               rtol=0, atol=0)
+    enc2: Any = per.get_encoder("alibi", num_heads=2)
+    enc2.bias(sub, sub)
+    assert not _kept(enc2)
+    with warnings.catch_warnings():  # (deprecated in torch, but the way to export for ONNX)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # (shapes read: fixed here)
+        traced = torch.jit.trace(lambda a: enc2.bias(a, a), (q,), check_trace=False)
+    assert not _kept(enc2)
+    torch.testing.assert_close(traced(q * 3), enc2.bias(q * 3, q * 3), rtol=0, atol=0)
+
+
+def test_numpy_and_torch_keep_apart() -> None:
+    torch = _torch()
+    enc: Any = per.get_encoder("shaw", max_distance=2, dim=3)
+    pn = enc.init(np, seed=0)
+    pt = {"table": torch.as_tensor(pn["table"])}
+    a = enc.embed(np.arange(4), np.arange(4), params=pn)
+    b = enc.embed(torch.arange(4), torch.arange(4), params=pt)
+    assert isinstance(a, np.ndarray) and isinstance(b, torch.Tensor)
+    np.testing.assert_array_equal(b.numpy(), a)
+    assert len(_kept(enc)) == 2
