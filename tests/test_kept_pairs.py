@@ -28,7 +28,8 @@ IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(SPECS)]
 
 #: (q, k) position sets: a window and the same window slid (the same differences), a decode
 #: step, negative and far positions (T5 and Shaw clip), scattered positions, int32, q != k, the
-#: queries of the first with other keys, a distance float32 rounds.
+#: queries of the first with other keys, distances within every encoder's clipping (none
+#: clipped: T5 and Shaw skip the clip), a distance float32 rounds.
 POSITIONS = [
     (np.arange(8), None),
     (np.arange(8) + 100, None),
@@ -39,6 +40,9 @@ POSITIONS = [
     (np.arange(6, dtype=np.int32), np.arange(9, dtype=np.int32) - 2),
     (np.arange(8), np.arange(8)),
     (np.arange(8), np.arange(8) + 3),
+    (np.array([2, 3]), np.array([1, 2, 4])),
+    (np.array([0]), np.array([-6, -4, -3, 3, 4, 6])),  # at and past the clipping distances
+    (np.array([0]), np.array([-4, 2, 4])),
     (np.array([0, 2**24 + 1, 2**25 + 3]), None),
 ]
 

@@ -256,15 +256,14 @@ def test_public_modules_import_no_framework(snippet: str) -> None:
 @pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
 @pytest.mark.parametrize("torch_first", [True, False])
 def test_torch_compile_fullgraph_of_a_relative_encoder_as_the_first_call(torch_first: bool) -> None:
-    # The relative encoders' framework dispatch (in _pair_ops.py, which relative.py calls) is a
-    # stand-in until the first call: built after `import torch`, the encoder binds every
-    # stand-in; built before, TorchDynamo traces through it (fullgraph=True) and the first eager
-    # call binds it.
+    # relative.py's framework dispatch is a stand-in until the first call: built after `import
+    # torch`, the encoder binds every stand-in; built before, TorchDynamo traces through it
+    # (fullgraph=True) and the first eager call binds it.
     pytest.importorskip("torch")
     got = fresh(
         "import json\n"
         + ("import torch\n" if torch_first else "")
-        + "import peregistry, peregistry.encoders._pair_ops as m\n"
+        + "import peregistry, peregistry.encoders.relative as m\n"
         "enc = peregistry.get_encoder('t5', num_heads=2)\n"
         "import torch\n"
         "params = enc.init(torch, seed=0)\n"

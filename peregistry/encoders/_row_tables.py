@@ -27,7 +27,7 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
 __all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_pairs",
-           "kept_rows", "pair_values"]
+           "kept_rows", "pair_reach", "pair_values"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -117,6 +117,12 @@ def pair_values(q: Any, k: Any, *, ctx: Ctx) -> PairValues | None:
     if s:
         qv, kv = tuple([v - s for v in qv]), tuple([v - s for v in kv])
     return qv, kv
+
+
+def pair_reach(values: PairValues) -> int:
+    """The largest ``|k_j - q_i|`` of the positions ``values`` (from :func:`pair_values`)."""
+    qv, kv = values
+    return max(max(kv) - min(qv), max(qv) - min(kv))
 
 
 def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: Callable[[], Any],

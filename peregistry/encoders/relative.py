@@ -29,19 +29,25 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
 from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of
-from ._row_tables import index_bounds, int_range, kept_pairs, kept_rows, pair_values
+from ._row_tables import index_bounds, int_range, kept_pairs, kept_rows, pair_reach, pair_values
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
 from .relative_calls import RememberedBias, RememberedEmbedding
 from .sinusoidal import sinusoidal_frequencies
+
+if TYPE_CHECKING:
+    from ..rope import _delegation
+else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
 
@@ -118,9 +124,11 @@ class T5Bias(LearnedParams, RememberedBias):
         m = int(self._values["max_distance"])
         bidirectional, nb = bool(self._values["bidirectional"]), int(self._values["num_buckets"])
         # bucket of k - q = d for d in [-M, M], index d + M (built once: tracing sees a constant)
-        self._cache["lut"] = tuple(
+        lut = self._cache["lut"] = tuple(
             t5_bucket(d, bidirectional=bidirectional, num_buckets=nb, max_distance=m)
             for d in range(-m, m + 1))
+        # the same at index d for d in [0, M], and at d + 2M + 1 (from the end) for d < 0
+        self._cache["wrapped_lut"] = lut[m:] + lut[:m]
 
     def _validate(self) -> None:
         nb, m = int(self._values["num_buckets"]), int(self._values["max_distance"])
@@ -164,6 +172,11 @@ class T5Bias(LearnedParams, RememberedBias):
         if values is not None:  # short eager positions: their (Q, K) buckets are kept
 
             def buckets() -> Any:
+                if pair_reach(values) <= int(self._values["max_distance"]):  # none clipped
+                    d = int_distance(q, k, index_dtype(ctx), xp=xp)
+                    lut = eager_constant(self, "wrapped_lut_arrays", self._cache["wrapped_lut"],
+                                         d.dtype, ctx=ctx, like=d)
+                    return _delegation.take_wrapped(lut, d, ctx=ctx)
                 idx, lut = self._lut_indices(q, k, ctx=ctx)
                 return gather(lut, idx, axis=0, ctx=ctx)
 
@@ -285,7 +298,9 @@ class Shaw(LearnedParams, RememberedEmbedding):
         m = int(self._values["max_distance"])
 
         def rows() -> Any:  # the table row of each pair, (*batch, Q, K)
-            return clip_int(int_distance(q, k, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
+            d = int_distance(q, k, index_dtype(ctx), xp=ctx.xp)
+            return (d if values is not None and pair_reach(values) <= m  # (none clipped)
+                    else clip_int(d, m, xp=ctx.xp)) + m
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
         idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx, build=rows)
