@@ -8,10 +8,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from .. import _lazy
 from .pairs import index_dtype
 
 if TYPE_CHECKING:
+    from ..rope import _delegation
     from .base import Ctx
+else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
+    _delegation = _lazy.delegation(globals())
 
 __all__ = ["check_index_range", "linear_resize", "linear_resize_plan", "nan_where"]
 
@@ -35,14 +39,16 @@ def check_index_range(owner: str, idx: Any, n: int, *, what: str, option: str,
     """
     xp = ctx.xp
     if not ctx.backend.is_tracing(idx):
-        if _size(idx):
-            lo, hi = int(xp.min(idx)), int(xp.max(idx))
+        # (short arrays read as a list; None where an enclosing JAX trace stages the reading)
+        bounds = _delegation.int_bounds(idx, ctx=ctx) if _size(idx) else (0, 0)
+        if bounds is not None:
+            lo, hi = bounds
             if lo < 0 or hi >= n:
                 raise ValueError(
                     f"{owner}: {what} must be in [0, {n}) ({option}={n}), got values from {lo} "
                     f"to {hi}; resize the table (enc.resize) for longer inputs"
                 )
-        return idx, None
+            return idx, None
     invalid = (idx < 0) | (idx >= n)
     return xp.where(invalid, xp.zeros_like(idx), idx), invalid
 
