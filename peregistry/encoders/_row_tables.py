@@ -6,9 +6,9 @@ angles, sines and cosines are elementwise) and a cast to the output dtype commut
 gather. The tables live in the process's cache of rotary position tables (its byte budget,
 least recently used first out, :func:`peregistry.rope.clear_caches`); only in eager mode, on
 arrays whose values are read without a device synchronization, and not on JAX, where each
-eager gather dispatches a program of its own while the computation runs as one. Pair encoders
-also keep what they derive from the values of short query and key positions alone (buckets,
-clipped distances) by those values: :func:`kept_pairs`.
+eager gather dispatches a program of its own while the computation runs as one. The relative
+encoders also keep what they derive from short query and key positions alone (buckets, table
+rows, distances), by the differences ``k - q`` of their values: :func:`kept_pairs`.
 """
 
 from __future__ import annotations
