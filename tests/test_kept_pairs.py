@@ -85,6 +85,8 @@ def _x64() -> bool:
 def test_kept_pairs_have_the_bits_of_computing(backend: Any, name: str, options: dict[str, Any],
                                                learned: bool,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    if not _keeps(backend):  # (which test_kept_pairs_are_served_by_differences checks)
+        pytest.skip(f"nothing is kept on {backend.name}: both sides would be computed")
     enc: Any = per.get_encoder(name, **options)
     xp = backend.namespace()
     params = enc.init(xp, seed=3, dtype=xp.float32) if learned else None
@@ -99,7 +101,7 @@ def test_kept_pairs_have_the_bits_of_computing(backend: Any, name: str, options:
             got = backend.to_numpy(_call(enc, backend, params, q, k, dtype))
             assert got.dtype == want.dtype and got.shape == want.shape
             np.testing.assert_array_equal(got, want, err_msg=f"{q}, {k}, {dtype}")
-    assert bool(_kept(enc)) == _keeps(backend)
+    assert _kept(enc)
 
 
 @pytest.mark.parametrize(("name", "options", "learned"), SPECS[:4], ids=IDS[:4])
