@@ -198,12 +198,13 @@ def test_one_token_of_multi_axis_ids_reads_the_position_table(backend: Any, name
                                       err_msg=str(axes))
 
 
-def test_image_tokens_met_again_reuse_their_gather_indices(
+def test_image_tokens_met_again_reuse_their_entries(
         backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An image token's flat indices into the position table are kept per position tuple, at
-    most ``ENTRIES_KEPT`` (then dropped together), and stay right when the table grows: every
+    """An image token's entries of the position table are kept per position tuple, at most
+    ``ENTRIES_KEPT`` (then dropped together), and stay right when the table grows: every
     token, met once or again, has the bits of a fresh computation. ``_column_axes`` depends on
-    the options only and is asked once per encoder."""
+    the options only and is asked once per encoder. ``clear_caches()`` ends them (their key
+    holds the shared cache's generation): with the tables turned off, tokens are computed."""
     from peregistry.rope import _rows
 
     monkeypatch.setattr(_rows, "ENTRIES_KEPT", 3)
@@ -233,12 +234,51 @@ def test_image_tokens_met_again_reuse_their_gather_indices(
         enc.rotate(backend.from_numpy(x), backend.from_numpy(np.array(tokens[-1]).reshape(3, 1, 1)))
         assert dict(enc._table_cache.entries) == kept
         assert all(enc._table_cache.entries[k] is v for k, v in kept.items())
+        budget = per.rope.table_cache_bytes()[1]
+        per.rope.set_table_cache_bytes(0)  # tables off: nothing kept is read
+        try:
+            enc._table_cache.entries.clear()
+            again = enc.rotate(backend.from_numpy(x), backend.from_numpy(np.array(
+                tokens[0]).reshape(3, 1, 1)))
+            assert not enc._table_cache.entries
+        finally:
+            per.rope.set_table_cache_bytes(budget)
+        first = per.get_encoder("mrope", **OPTIONS["mrope"]).rotate(
+            backend.from_numpy(x), backend.from_numpy(np.array(tokens[0]).reshape(3, 1, 1)))
+        np.testing.assert_array_equal(backend.to_numpy(again), backend.to_numpy(first))
+        enc.rotate(backend.from_numpy(x), offset=10)
+        enc.rotate(backend.from_numpy(x), backend.from_numpy(np.array(tokens[0]).reshape(3, 1, 1)))
+        generation = per.rope._table_cache.SHARED.generation
+        per.rope.clear_caches()
+        assert per.rope._table_cache.SHARED.generation != generation
+        enc.rotate(backend.from_numpy(x), offset=10)
+        kept = dict(enc._table_cache.entries)
+        enc.rotate(backend.from_numpy(x), backend.from_numpy(np.array(tokens[0]).reshape(3, 1, 1)))
+        assert len(enc._table_cache.entries) == len(kept) + 1  # a new entry: the old not read
 
 
-def test_image_token_indices_are_kept_per_device() -> None:
+def test_image_token_entries_made_in_inference_mode_serve_training() -> None:
+    torch = pytest.importorskip("torch")
+    if "torch" not in BACKENDS:
+        pytest.skip("torch not selected by PEREGISTRY_BACKENDS")
+    enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
+    ids = torch.tensor([40, 3, 9]).reshape(3, 1, 1)
+    x = torch.randn(1, 4, 1, 16)
+    with torch.inference_mode():
+        first = enc.rotate(x, ids)
+    assert enc._table_cache.entries
+    assert not any(t.is_inference() for v in enc._table_cache.entries.values() for t in v)
+    xg = x.clone().requires_grad_(True)
+    out = enc.rotate(xg, ids.clone())
+    out.sum().backward()
+    assert xg.grad is not None
+    torch.testing.assert_close(out.detach(), first.clone(), rtol=0, atol=0)
+
+
+def test_image_token_entries_are_kept_per_device() -> None:
     """array-api-strict has several devices whose arrays may not be combined: an image token's
-    index kept for one device is not used on another, and each device's result has the bits
-    of a fresh computation."""
+    entries kept for one device are not used on another, and each device's result has the
+    bits of a fresh computation."""
     if "array_api_strict" not in BACKENDS:
         pytest.skip("array_api_strict not selected by PEREGISTRY_BACKENDS")
     xp = pytest.importorskip("array_api_strict")

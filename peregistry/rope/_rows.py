@@ -23,7 +23,8 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
 
 __all__ = ["cos_sin_rows", "gather_rows", "one_row", "token_row"]
 
-#: The multi-axis tokens whose gather indices an encoder keeps, over all devices (a few KiB).
+#: The multi-axis tokens whose table entries an encoder keeps, over all devices and dtypes (a
+#: few KiB).
 ENTRIES_KEPT = 256
 
 
@@ -53,31 +54,34 @@ def _token_entries(enc: RotaryEncoder, axes: list[int], *, ctx: Ctx,
     """One token at positions ``axes`` (one per axis): column ``i`` of its tables is entry
     ``(axes[a_i], i)`` of the position table, ``a_i`` the axis pair ``i`` turns with (the
     table's rows are every axis at one position, and the angles are elementwise: the same
-    bits as computing). One gather of ``(1, width)`` per table, at flat indices kept per
-    position tuple; None where the encoder does not say which axis each column follows, or a
-    position is out of the table's reach."""
+    bits as computing). One gather of ``(1, width)`` per table, kept per position tuple, dtype
+    and device while the shared cache keeps its tables (its generation; nothing is kept with
+    the tables turned off, a budget of 0); None where the encoder does not say which axis each
+    column follows, or a position is out of the table's reach."""
     cache = enc._table_cache
     if cache.columns is None:
         cache.columns = (enc._column_axes(),)
     columns = cache.columns[0]
     if columns is None or min(axes) < 0:
         return None
+    key = (device_key(ctx.device), cdt, ctx.wide, SHARED.generation, *axes)
+    kept: Tables | None = cache.entries.get(key)
+    if kept is not None:
+        return kept
     table = position_table(enc, max(axes) + 1, ctx=ctx, cdt=cdt)
     if table is None or len(columns) != table[0].shape[-1] or table[0].ndim != 2:
         return None
-    key = (device_key(ctx.device), *axes)
-    idx = cache.entries.get(key)
-    if idx is None:
-        width = len(columns)
+    width, xp = len(columns), ctx.xp
+    with _delegation.cache_scope(xp):  # (not torch inference tensors)
+        idx = xp.asarray([[axes[a] * width + i for i, a in enumerate(columns)]],
+                         device=ctx.device)
+        entries = (_delegation.take_entries(table[0], idx, xp=xp),
+                   _delegation.take_entries(table[1], idx, xp=xp))
+    if SHARED.budget:  # (0: the tables are off, and nothing is kept from them)
         if len(cache.entries) >= ENTRIES_KEPT:
             cache.entries.clear()
-        with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
-            idx = ctx.xp.asarray([[axes[a] * width + i for i, a in enumerate(columns)]],
-                                 device=ctx.device)
-        cache.entries[key] = idx
-    xp = ctx.xp
-    return (_delegation.take_entries(table[0], idx, xp=xp),
-            _delegation.take_entries(table[1], idx, xp=xp))
+        cache.entries[key] = entries
+    return entries
 
 
 def gather_rows(enc: RotaryEncoder, pos: Any, xshape: tuple[int, ...], *, ctx: Ctx,

@@ -235,8 +235,9 @@ class TableCache:
     last_calls: tuple[Any, ...] = ()
     signatures: tuple[Any, ...] = ()
     #: ``(answer,)`` of the encoder's ``_column_axes`` hook once asked (it depends on the
-    #: options only), and the flat indices into the position table of one multi-axis token's
-    #: entries, by ``(device key, positions)``, at most :data:`ENTRIES_KEPT` (:mod:`._rows`).
+    #: options only), and one multi-axis token's entries of the position table, by ``(device
+    #: key, dtype, wide dtype, generation, *positions)``, at most :data:`ENTRIES_KEPT`
+    #: (:mod:`._rows`).
     columns: tuple[Any] | None = None
     entries: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
