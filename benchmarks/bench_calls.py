@@ -13,7 +13,8 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     call on NumPy and torch; on eager JAX, where one small operation costs several µs itself,
     ours minus hand-written <= 20 µs. Each case repeats one call (a rotary call is then the
     remembered case); ``t5`` is also given new positions arrays on every call: of the same values,
-    shifted (a sliding window), and of new differences ``k - q`` (nothing kept serves them).
+    shifted (a sliding window), and of new differences ``k - q`` (nothing kept serves them); and
+    a decoder's step, one query against one key more each step.
 ``llama``
     A tiny Llama (transformers; 2 layers, hidden 64, one thread) generating 32 tokens: ms/token
     with the model's own RoPE, with ``enc.cos_sin`` feeding the model's apply function, and with
@@ -188,6 +189,13 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
     yield ("t5.bias(8, 8 new differences each)",
            lambda: t5.bias(*itertools.repeat(next(scattered), 2), params=tp),
            lambda: _hand.hand_t5(xp, fpos, fpos, tp["table"], idt))
+    # a decoder's step: one query against one key more each step (HF T5's decoder, causal)
+    t5c: Any = per.get_encoder("t5", num_heads=4, bidirectional=False)
+    steps_qk = itertools.cycle([(asarray(np.array([t])), asarray(np.arange(t + 1)))
+                                for t in range(8, 40)])
+    yield ("t5.bias(1, K) decode, K + 1 each",
+           lambda: t5c.bias(*next(steps_qk), params=tp),
+           lambda: _hand.hand_t5(xp, fpos[:1], fpos, tp["table"], idt))
     shaw: Any = per.get_encoder("shaw", max_distance=4, dim=16)
     sp = shaw.init(xp, dtype=xp.float32)
     yield ("shaw.embed(8, 8)", lambda: shaw.embed(pos, pos, params=sp),

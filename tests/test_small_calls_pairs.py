@@ -1,9 +1,10 @@
 """The shortcuts of the pair kinds' small calls (issue 17) keep every value and every error, on
 every backend (``PEREGISTRY_BACKENDS``).
 
-* ``bias``/``embed`` remember the signatures of validated eager calls (classes, dtypes, shapes and
-  devices of positions and params, the dtype asked for): a remembered call must give the bits of a
-  fresh encoder's, and a call differing in anything validated must raise as ever.
+* ``bias``/``embed`` remember the signatures of validated eager calls (classes, dtypes, number of
+  axes, leading axes and devices of positions; classes, dtypes, shapes and devices of params;
+  the dtype asked for): a remembered call must give the bits of a fresh encoder's, and a call
+  differing in anything validated must raise as ever.
 * ``clip`` of distances runs as one kernel on torch and NumPy: the integers of the generic two
   ``where``s.
 * T5 looks a few pairs' buckets up one by one and many pairs' through a per-distance bias: both
@@ -59,11 +60,24 @@ def test_remembered_calls_give_the_bits_of_a_fresh_encoder(backend: Any) -> None
 
 def test_at_most_kept_signatures(backend: Any) -> None:
     enc: Any = per.get_encoder("alibi", num_heads=2)
-    for n in range(1, 2 * KEPT + 2):
-        pos = backend.from_numpy(np.arange(n))
+    for n in range(1, 2 * KEPT + 2):  # leading axes (n,): a signature each
+        pos = backend.from_numpy(np.arange(3 * n).reshape(n, 3))
         out = enc.bias(pos, pos)
-        assert tuple(out.shape) == (2, n, n)
+        assert tuple(out.shape) == (n, 2, 3, 3)
     assert len(enc._cache["pair_calls"]) == KEPT
+
+
+def test_decode_steps_share_one_signature(backend: Any) -> None:
+    """Validation never reads the lengths Q and K: a decode step's one query against one more
+    key each step keeps the signature, and every step has the bits of a fresh encoder's."""
+    for method, enc, params in _encoders(backend):
+        for t in range(3, 12):
+            q, k = backend.from_numpy(np.array([t])), backend.from_numpy(np.arange(t + 1))
+            got = _call(method, enc, q, k, params)
+            fresh = _call(method, enc.replace(), q, k, params)
+            np.testing.assert_array_equal(_np(backend, got), _np(backend, fresh),
+                                          err_msg=f"{enc.name}, step {t}")
+        assert len(enc._cache["pair_calls"]) == 1, enc.name
 
 
 def test_params_written_in_place_are_read_again() -> None:

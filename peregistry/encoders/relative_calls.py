@@ -2,10 +2,10 @@
 calls).
 
 A model asks its relative encoder for a bias or embedding on every layer (or every forward),
-with positions of the same class, dtype, shape and device each time. Everything
+with positions of the same class, dtype, leading axes and device each time. Everything
 :func:`~peregistry.encoders.pairs.pair_inputs` checks depends on exactly those (and on the
 params' keys, classes, dtypes, shapes and devices, and the ``dtype`` asked for), never on the
-positions' values; the framework's default and widest float dtypes (global state: torch's
+positions' values nor on the lengths ``Q`` and ``K`` (a decode step's keys grow by one); the framework's default and widest float dtypes (global state: torch's
 ``set_default_dtype``, JAX's x64 flag) are part of the signature too. So a validated eager
 call's *signature* is kept with what validation found (the
 :class:`~peregistry.encoders.context.Ctx` and the output dtype); a later call with the same
@@ -120,7 +120,9 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     # What the framework's global state decides: the wide dtype (JAX's x64 flag) and, for
     # dtype=None without params, the default float dtype (torch.set_default_dtype).
     default = backend.default_float_dtype(device) if dtype is None and params is None else None
-    # shapes as the arrays give them: tuples, or torch.Size (a tuple, equal to its tuple)
-    return (backend, type(q), q.dtype, q.shape, device, type(k), k.dtype, k.shape,
-            backend.device(k), params is None, described, dtype,
+    # Of the positions' shapes, validation reads the number of axes and the leading ones (which
+    # must broadcast), never the lengths Q and K: a decode step's keys, one more each step, keep
+    # the signature. (Shapes as the arrays give them: tuples, or torch.Size, equal to its tuple.)
+    return (backend, type(q), q.dtype, q.ndim, q.shape[:-1], device, type(k), k.dtype, k.ndim,
+            k.shape[:-1], backend.device(k), params is None, described, dtype,
             backend.wide_float_dtype(device), default)
