@@ -5,13 +5,14 @@ A model asks its relative encoder for a bias or embedding on every layer (or eve
 with positions of the same class, dtype, leading axes and device each time. Everything
 :func:`~peregistry.encoders.pairs.pair_inputs` checks depends on exactly those (and on the
 params' keys, classes, dtypes, shapes and devices, and the ``dtype`` asked for), never on the
-positions' values nor on the lengths ``Q`` and ``K`` (a decode step's keys grow by one); the framework's default and widest float dtypes (global state: torch's
-``set_default_dtype``, JAX's x64 flag) are part of the signature too. So a validated eager
-call's *signature* is kept with what validation found (the
-:class:`~peregistry.encoders.context.Ctx` and the output dtype); a later call with the same
-signature goes straight to the hook, and any other call (a new shape, a Python list, a bad
-argument) takes the full path, which raises the same errors as ever; so does every call of a
-subclass that overrides a validation method (a plugin checking positions' values, say).
+positions' values nor on the lengths ``Q`` and ``K`` (a decode step's keys grow by one); the
+framework's default and widest float dtypes (global state: torch's ``set_default_dtype``, JAX's
+x64 flag) are part of the signature too. So a validated eager call's *signature* is kept with
+what validation found (the :class:`~peregistry.encoders.context.Ctx` and the output dtype); a
+later call with the same signature goes straight to the hook, and any other call (new leading
+axes, a Python list, a bad argument) takes the full path, which raises the same errors as ever;
+so does every call of a subclass that overrides a validation method (a plugin checking
+positions' values, say).
 Nothing is kept from, or read inside, a trace (``torch.compile``, ``jax.jit``, torch.func
 transforms): those take the full path. At most :data:`KEPT` signatures per encoder, newest
 first, replaced as one tuple (no lock).
