@@ -43,6 +43,9 @@ POSITIONS = [
     (np.array([2, 3]), np.array([1, 2, 4])),
     (np.array([0]), np.array([-6, -4, -3, 3, 4, 6])),  # at and past the clipping distances
     (np.array([0]), np.array([-4, 2, 4])),
+    (np.array([0]), np.array([-512])),  # at the edges of transformer-xl's first table, and past
+    (np.array([511]), np.array([0, 1023])),
+    (np.array([0]), np.array([512, 513])),
     (np.array([0, 2**24 + 1, 2**25 + 3]), None),
 ]
 
@@ -94,10 +97,13 @@ def test_kept_pairs_have_the_bits_of_computing(backend: Any, name: str, options:
              if dtype != "float16" or q.max() < 2**10]  # (a bias float16 overflows: warned)
     with monkeypatch.context() as m:
         m.setattr(_row_tables, "PAIR_SIDE", 0)  # nothing read, nothing kept: computed
+        m.setattr(_row_tables, "ROW_TABLE_BYTES", 0)  # (no table of rows either)
         wants = [backend.to_numpy(_call(enc, backend, params, q, k, d)) for q, k, d in calls]
         assert not _kept(enc)
-    for _ in range(2):  # kept by the first pass, served to the second
+    for again in (False, True):  # kept by the first pass, served to the second
         for (q, k, dtype), want in zip(calls, wants, strict=True):
+            if not again:  # (transformer-xl's table of rows is made for each call's reach)
+                per.rope.clear_caches()
             got = backend.to_numpy(_call(enc, backend, params, q, k, dtype))
             assert got.dtype == want.dtype and got.shape == want.shape
             np.testing.assert_array_equal(got, want, err_msg=f"{q}, {k}, {dtype}")
@@ -234,3 +240,92 @@ def test_numpy_and_torch_keep_apart() -> None:
     assert isinstance(a, np.ndarray) and isinstance(b, torch.Tensor)
     np.testing.assert_array_equal(b.numpy(), a)
     assert len(_kept(enc)) == 2
+
+
+def test_kept_pairs_follow_the_table_budget_and_clear_caches(backend: Any) -> None:
+    """Nothing is kept with the tables' budget at 0; clear_caches() ends what is kept."""
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    q = backend.from_numpy(np.arange(5))
+    budget = per.rope.table_cache_bytes()[1]
+    per.rope.set_table_cache_bytes(0)
+    try:
+        enc.bias(q, q)
+        assert not _kept(enc)
+    finally:
+        per.rope.set_table_cache_bytes(budget)
+    enc.bias(q, q)
+    assert len(_kept(enc)) == (1 if _keeps(backend) else 0)
+    per.rope.clear_caches()
+    enc.bias(q, q)  # a new entry: the one kept before is not read
+    assert len(_kept(enc)) == (2 if _keeps(backend) else 0)
+
+
+def test_a_t5_subclass_with_its_own_lookup_index_is_served_by_it(
+        backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Halved(relative.T5Bias):
+        name = "t5-halved"
+
+        def _lut_index(self, d: Any, *, ctx: Any) -> Any:
+            return super()._lut_index(d, ctx=ctx) // 2
+
+    enc = Halved(num_heads=2)
+    xp = backend.namespace()
+    params = enc.init(xp, seed=0)
+    for q, k in POSITIONS[:6]:
+        with monkeypatch.context() as m:
+            m.setattr(_row_tables, "PAIR_SIDE", 0)
+            want = backend.to_numpy(_call(enc, backend, params, q, k))
+        np.testing.assert_array_equal(backend.to_numpy(_call(enc, backend, params, q, k)), want)
+
+
+def test_gradients_have_the_bits_of_computing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept paths gather in the order of the computed ones: the gradient with respect to
+    the learned table sums the same terms in the same order (few and many pairs)."""
+    torch = _torch()
+    for name, options in (("t5", {"num_heads": 3}), ("shaw", {"max_distance": 3, "dim": 4})):
+        enc: Any = per.get_encoder(name, **options)
+        params = enc.init(torch, seed=2)
+        for n, m_ in ((4, 6), (40, 50), (64, 64)):
+            q, k = torch.arange(n) + 3, torch.arange(m_)
+            call = enc.embed if name == "shaw" else enc.bias
+            up = torch.randn(call(q, k, params=params).shape, generator=torch.Generator().manual_seed(n))
+
+            def grad(call: Any = call, q: Any = q, k: Any = k, up: Any = up,
+                     params: Any = params) -> Any:
+                table = params["table"].clone().requires_grad_(True)
+                (call(q, k, params={"table": table}) * up).sum().backward()
+                return table.grad
+
+            with monkeypatch.context() as m:
+                m.setattr(_row_tables, "PAIR_SIDE", 0)
+                want = grad()
+            for _ in range(2):  # kept, then served
+                torch.testing.assert_close(grad(), want, rtol=0, atol=0, msg=f"{name} {n}x{m_}")
+
+
+def test_nothing_made_inside_torch_func_transforms_is_kept() -> None:
+    """Under torch.func transforms, arrays built from plain positions may be wrapped: they are
+    not kept, and later eager calls (the C kernel reads storage) have the bits of computing."""
+    torch = _torch()
+    enc: Any = per.get_encoder("mrope", dim=64, sections=(8, 12, 12))
+    x, ids = torch.randn(1, 2, 1, 64), torch.tensor([[5], [3], [7]])
+    torch.func.jacrev(lambda g: (enc.rotate(x, ids) * g).sum(-1))(torch.ones(64))
+    assert not enc._table_cache.entries
+    fresh = per.get_encoder("mrope", dim=64, sections=(8, 12, 12))
+    torch.testing.assert_close(enc.rotate(x, ids), fresh.rotate(x, ids), rtol=0, atol=0)
+    for name, options, learned in SPECS:
+        pair: Any = per.get_encoder(name, **options)
+        q = torch.arange(6)
+        call = pair.embed if name in ("shaw", "transformer-xl") else pair.bias
+        if learned:
+            params = pair.init(torch, seed=0)
+            torch.func.grad(lambda t, call=call, q=q: call(q, q, params={"table": t}).sum())(
+                params["table"])
+        else:
+            params = None
+            torch.func.jacrev(lambda g, call=call, q=q: (call(q, q) * g).sum())(
+                torch.ones(()))
+        assert not _kept(pair), name
+        torch.testing.assert_close(call(q, q, params=params),
+                                   getattr(pair.replace(), call.__name__)(q, q, params=params),
+                                   rtol=0, atol=0)

@@ -204,6 +204,29 @@ def test_out_of_range_positions_name_the_range(backend: Any) -> None:
         GRID.grid(6, 2, params=pg)  # type: ignore[attr-defined]
 
 
+def test_range_checks_of_empty_long_and_batched_positions(backend: Any) -> None:
+    """The range is read from short 1-D positions as a list, else by reductions: every form
+    gives the rows or the error naming the range; no positions give no rows."""
+    p = params_on(LEARNED, backend)
+    assert tuple(LEARNED.encode(backend.from_numpy(np.zeros(0, dtype=np.int64)),
+                                params=p).shape) == (0, 6)
+    long = np.arange(100) % 20
+    want = backend.to_numpy(p["table"])[long]
+    for pos in (long, long.reshape(4, 25)):
+        got = backend.to_numpy(LEARNED.encode(backend.from_numpy(pos), params=p))
+        np.testing.assert_array_equal(got, want.reshape((*pos.shape, 6)))
+        with pytest.raises(ValueError, match=r"got values from 0 to 20"):
+            LEARNED.encode(backend.from_numpy(np.where(pos == 7, 20, pos)), params=p)
+
+
+def test_a_masked_array_of_positions_reads_its_data() -> None:
+    """A NumPy subclass is not read as a list (a masked array lists masked entries as None)."""
+    p = LEARNED.init(np, dtype=np.float64)
+    pos = np.ma.masked_array([1, 2, 3], mask=[False, True, False])
+    got = LEARNED.encode(pos, params=p)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(p["table"])[[1, 2, 3]])
+
+
 def test_float_positions_are_a_type_error(backend: Any) -> None:
     fl = backend.from_numpy(np.asarray([0.0, 1.0]), dtype=backend.float_dtypes()["float32"])
     with pytest.raises(TypeError, match="positions must have an integer dtype"):

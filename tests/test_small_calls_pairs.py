@@ -102,6 +102,8 @@ def _errors_after_a_remembered_call(backend: Any) -> list[tuple[str, Any, type, 
     q, k = backend.from_numpy(np.arange(4)), backend.from_numpy(np.arange(5))
     t5.bias(q, k, params=params)
     t5.bias(q, k, params=params)  # remembered
+    q2 = backend.from_numpy(np.zeros((2, 4), dtype=np.int64))  # and (2, 4) against (2, 5)
+    t5.bias(q2, backend.from_numpy(np.zeros((2, 5), dtype=np.int64)), params=params)
     wrong_shape = {"table": backend.from_numpy(np.zeros((8, 3), dtype=np.float32))}
     int_table = {"table": backend.from_numpy(np.zeros((8, 2), dtype=np.int32))}
     return [
@@ -118,6 +120,10 @@ def _errors_after_a_remembered_call(backend: Any) -> list[tuple[str, Any, type, 
         ("leading axes", lambda: t5.bias(backend.from_numpy(np.zeros((2, 4), dtype=np.int64)),
                                          backend.from_numpy(np.zeros((3, 5), dtype=np.int64)),
                                          params=params), ValueError, "broadcast"),
+        ("a scalar key position", lambda: t5.bias(q, backend.from_numpy(np.asarray(3)),
+                                                  params=params), ValueError, "scalar"),
+        ("the keys' leading axes", lambda: t5.bias(q2, backend.from_numpy(
+            np.zeros((3, 5), dtype=np.int64)), params=params), ValueError, "broadcast"),
     ]
 
 

@@ -257,6 +257,26 @@ def test_image_tokens_met_again_reuse_their_entries(
         assert len(enc._table_cache.entries) == len(kept) + 1  # a new entry: the old not read
 
 
+def test_image_token_entries_are_kept_per_dtype(backend: Any) -> None:
+    """One token rotated in float32, then float64: each has the bits of a fresh encoder's."""
+    dtypes = [np.float32] + ([np.float64] if backend.name != "jax" or _jax_x64() else [])
+    enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
+    ids = np.array([40, 3, 9]).reshape(3, 1, 1)
+    for _ in range(2):
+        for dt in dtypes:
+            x = np.random.default_rng(4).standard_normal((1, 4, 1, 16)).astype(dt)
+            got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
+            fresh = per.get_encoder("mrope", **OPTIONS["mrope"]).rotate(
+                backend.from_numpy(x), backend.from_numpy(ids))
+            np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(fresh))
+
+
+def _jax_x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
+
+
 def test_image_token_entries_made_in_inference_mode_serve_training() -> None:
     torch = pytest.importorskip("torch")
     if "torch" not in BACKENDS:

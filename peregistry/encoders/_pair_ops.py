@@ -1,11 +1,14 @@
 """The integer operations of the built-in relative encoders (``peregistry/encoders/relative.py``),
 each written with as few framework calls as the namespace allows: a small call's cost is its
-count of calls (issue 17). :func:`peregistry.encoders.pairs.distance` is the plugin API's plain
-form of :func:`int_distance`.
+count of calls (issue 17); and T5's bucket of one distance, on the host (``t5_bucket``, exported
+by ``relative``). :func:`peregistry.encoders.pairs.distance` is the plugin API's plain form of
+:func:`int_distance`.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
@@ -15,7 +18,7 @@ if TYPE_CHECKING:
 else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["as_dtype", "clip_int", "int_distance", "pair_difference", "size_of"]
+__all__ = ["as_dtype", "clip_int", "int_distance", "pair_difference", "size_of", "t5_bucket"]
 
 
 def as_dtype(a: Any, dtype: Any, *, xp: Any) -> Any:
@@ -51,3 +54,40 @@ def size_of(a: Any) -> int:
     for d in a.shape:
         n *= int(d)
     return n
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (as a Python float)."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def t5_bucket(relative_position: int, *, bidirectional: bool = True, num_buckets: int = 32,
+              max_distance: int = 128) -> int:
+    """The T5 bucket of one relative position ``k - q`` (memory minus query), on the host.
+
+    Mirrors Hugging Face ``T5Attention._relative_position_bucket`` (from Mesh TensorFlow's
+    ``_relative_position_bucket``) operation by operation, including its float32 logarithm::
+
+        bidirectional: half the buckets for k - q > 0, half for k - q <= 0; n = |k - q|
+        causal:        n = max(q - k, 0)   (every future key shares bucket 0 with k = q)
+        n < max_exact (= buckets/2):  bucket n            (exact)
+        else: max_exact + int(log(n / max_exact) / log(max_distance / max_exact)
+                              · (buckets - max_exact)),  at most buckets - 1   (logarithmic)
+    """
+    nb = num_buckets
+    ret = 0
+    n = relative_position
+    if bidirectional:
+        nb //= 2
+        ret += nb if n > 0 else 0
+        n = abs(n)
+    else:
+        n = max(-n, 0)
+    max_exact = nb // 2
+    if n < max_exact:
+        return ret + n
+    # float32 throughout, as torch computes it: log(float32(n) / max_exact) / log(M / max_exact)
+    r = _f32(_f32(float(n)) / _f32(float(max_exact)))
+    v = _f32(_f32(_f32(math.log(r)) / _f32(math.log(max_distance / max_exact)))
+             * _f32(float(nb - max_exact)))
+    return ret + min(max_exact + int(v), nb - 1)

@@ -27,7 +27,7 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
 __all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_pairs",
-           "kept_rows", "pair_reach", "pair_values"]
+           "kept_rows", "pair_bounds", "pair_reach", "pair_values"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -119,30 +119,41 @@ def pair_values(q: Any, k: Any, *, ctx: Ctx) -> PairValues | None:
     return qv, kv
 
 
+def pair_bounds(values: PairValues) -> tuple[int, int]:
+    """``(min, max)`` of ``q_i - k_j`` over the positions ``values`` (from :func:`pair_values`)."""
+    qv, kv = values
+    return min(qv) - max(kv), max(qv) - min(kv)
+
+
 def pair_reach(values: PairValues) -> int:
     """The largest ``|k_j - q_i|`` of the positions ``values`` (from :func:`pair_values`)."""
-    qv, kv = values
-    return max(max(kv) - min(qv), max(qv) - min(kv))
+    low, high = pair_bounds(values)
+    return max(high, -low)
 
 
 def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: Callable[[], Any],
                extra: Hashable = None) -> Any:
-    """``build()``, which must depend only on the differences of the positions ``values``
-    (from :func:`pair_values`), the backend, the device and ``extra`` (a dtype, say): kept in
-    ``enc``'s cache under all of them with ``kind``, and returned by later calls with the same
-    ones instead of building again. A model asks for the bias of the same positions on every
-    layer and step: this skips the distances, clipping and buckets, leaving the gather of the
-    learned values (which change). Callers never hand out what is kept (it is an index or an
-    operand), and at most :data:`PAIRS_KEPT` are kept per encoder, all dropped when full."""
+    """``build()``, an array that must depend only on the differences of the positions
+    ``values`` (from :func:`pair_values`), the backend, the device and ``extra`` (a dtype,
+    say): kept in ``enc``'s cache under all of them with ``kind``, and returned by later calls
+    with the same ones instead of building again. A model asks for the bias of the same
+    positions on every layer and step: this skips the distances, clipping and buckets, leaving
+    the gather of the learned values (which change). Callers never hand out what is kept (it
+    is an index or an operand). At most :data:`PAIRS_KEPT` per encoder, all dropped when full;
+    like the tables of positions, nothing is kept with their budget at 0, and
+    :func:`peregistry.rope.clear_caches` (or any table leaving the shared cache) ends what is
+    kept (the key holds the shared cache's generation); nothing made inside a torch.func
+    transform is kept."""
     kept: dict[Hashable, Any] | None = enc._cache.get("pairs")
     if kept is None:
         kept = enc._cache["pairs"] = {}
-    key = (kind, ctx.backend.name, device_key(ctx.device), extra, values)
+    key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation, values)
     out = kept.get(key)
     if out is None:
         with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
             out = build()
-        if len(kept) >= PAIRS_KEPT:
-            kept.clear()
-        kept[key] = out
+        if SHARED.budget and _delegation.cacheable(out, ctx=ctx):
+            if len(kept) >= PAIRS_KEPT:
+                kept.clear()
+            kept[key] = out
     return out

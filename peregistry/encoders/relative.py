@@ -27,7 +27,6 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +35,17 @@ from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
-from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of
-from ._row_tables import index_bounds, int_range, kept_pairs, kept_rows, pair_reach, pair_values
+from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of, t5_bucket
+from ._row_tables import (
+    PairValues,
+    index_bounds,
+    int_range,
+    kept_pairs,
+    kept_rows,
+    pair_bounds,
+    pair_reach,
+    pair_values,
+)
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, gather, index_dtype
@@ -53,43 +61,6 @@ __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucke
 
 
 # -- T5 ------------------------------------------------------------------------------------------
-def _f32(x: float) -> float:
-    """``x`` rounded to the nearest float32 (as a Python float)."""
-    return float(struct.unpack("f", struct.pack("f", x))[0])
-
-
-def t5_bucket(relative_position: int, *, bidirectional: bool = True, num_buckets: int = 32,
-              max_distance: int = 128) -> int:
-    """The T5 bucket of one relative position ``k - q`` (memory minus query), on the host.
-
-    Mirrors Hugging Face ``T5Attention._relative_position_bucket`` (from Mesh TensorFlow's
-    ``_relative_position_bucket``) operation by operation, including its float32 logarithm::
-
-        bidirectional: half the buckets for k - q > 0, half for k - q <= 0; n = |k - q|
-        causal:        n = max(q - k, 0)   (every future key shares bucket 0 with k = q)
-        n < max_exact (= buckets/2):  bucket n            (exact)
-        else: max_exact + int(log(n / max_exact) / log(max_distance / max_exact)
-                              · (buckets - max_exact)),  at most buckets - 1   (logarithmic)
-    """
-    nb = num_buckets
-    ret = 0
-    n = relative_position
-    if bidirectional:
-        nb //= 2
-        ret += nb if n > 0 else 0
-        n = abs(n)
-    else:
-        n = max(-n, 0)
-    max_exact = nb // 2
-    if n < max_exact:
-        return ret + n
-    # float32 throughout, as torch computes it: log(float32(n) / max_exact) / log(M / max_exact)
-    r = _f32(_f32(float(n)) / _f32(float(max_exact)))
-    v = _f32(_f32(_f32(math.log(r)) / _f32(math.log(max_distance / max_exact)))
-             * _f32(float(nb - max_exact)))
-    return ret + min(max_exact + int(v), nb - 1)
-
-
 class T5Bias(LearnedParams, RememberedBias):
     """T5 relative attention bias: a learned scalar per head for each bucket of ``k - q``.
 
@@ -124,11 +95,9 @@ class T5Bias(LearnedParams, RememberedBias):
         m = int(self._values["max_distance"])
         bidirectional, nb = bool(self._values["bidirectional"]), int(self._values["num_buckets"])
         # bucket of k - q = d for d in [-M, M], index d + M (built once: tracing sees a constant)
-        lut = self._cache["lut"] = tuple(
+        self._cache["lut"] = tuple(
             t5_bucket(d, bidirectional=bidirectional, num_buckets=nb, max_distance=m)
             for d in range(-m, m + 1))
-        # the same at index d for d in [0, M], and at d + 2M + 1 (from the end) for d < 0
-        self._cache["wrapped_lut"] = lut[m:] + lut[:m]
 
     def _validate(self) -> None:
         nb, m = int(self._values["num_buckets"]), int(self._values["max_distance"])
@@ -169,19 +138,18 @@ class T5Bias(LearnedParams, RememberedBias):
         xp = ctx.xp
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         values = pair_values(q, k, ctx=ctx)
-        if values is not None:  # short eager positions: their (Q, K) buckets are kept
-
-            def buckets() -> Any:
-                if pair_reach(values) <= int(self._values["max_distance"]):  # none clipped
-                    d = int_distance(q, k, index_dtype(ctx), xp=xp)
-                    lut = eager_constant(self, "wrapped_lut_arrays", self._cache["wrapped_lut"],
-                                         d.dtype, ctx=ctx, like=d)
-                    return _delegation.take_wrapped(lut, d, ctx=ctx)
-                idx, lut = self._lut_indices(q, k, ctx=ctx)
-                return gather(lut, idx, axis=0, ctx=ctx)
-
-            return gather(table, kept_pairs(self, "buckets", values, ctx=ctx, build=buckets),
-                          axis=1, ctx=ctx)
+        if values is not None:  # short eager positions: what they decide is kept
+            if len(values[0]) * len(values[1]) <= 2 * int(self._values["max_distance"]) + 1:
+                buckets = kept_pairs(self, "buckets", values, ctx=ctx,
+                                     build=lambda: self._pair_buckets(q, k, values, ctx=ctx))
+                return gather(table, buckets, axis=1, ctx=ctx)
+            # many pairs: as below, the bias of each clipped distance, then one gather per pair
+            # (the gradient then sums the same terms in the same order)
+            idx = kept_pairs(self, "lookup", values, ctx=ctx,
+                             build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
+            lut = eager_constant(self, "lut_arrays", self._cache["lut"], idx.dtype, ctx=ctx,
+                                 like=idx)
+            return gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
         idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
         if size_of(idx) <= 2 * int(self._values["max_distance"]) + 1:
             # few pairs: each pair's bucket, then its bias
@@ -192,6 +160,23 @@ class T5Bias(LearnedParams, RememberedBias):
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
+
+    def _pair_buckets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
+        """The bucket of each pair of short eager positions (``values`` read from them),
+        ``(Q, K)``: where no distance reaches ``max_distance`` (nothing to clip) and
+        :meth:`_lut_index` is this class's, each distance's bucket read from the lookup table
+        laid out so that a negative distance counts from the end (two operations fewer)."""
+        m = int(self._values["max_distance"])
+        if type(self)._lut_index is T5Bias._lut_index and pair_reach(values) <= m:
+            d = int_distance(q, k, index_dtype(ctx), xp=ctx.xp)
+            wrapped = self._cache.get("wrapped_lut")
+            if wrapped is None:  # (from the table a subclass may have set after __init__)
+                lut = self._cache["lut"]
+                wrapped = self._cache["wrapped_lut"] = lut[m:] + lut[:m]
+            table = eager_constant(self, "wrapped_lut_arrays", wrapped, d.dtype, ctx=ctx, like=d)
+            return _delegation.take_wrapped(table, d, ctx=ctx)
+        idx, lut = self._lut_indices(q, k, ctx=ctx)
+        return gather(lut, idx, axis=0, ctx=ctx)
 
     def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> tuple[Any, Any]:
         """The lookup index ``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, and
@@ -386,10 +371,9 @@ class TransformerXL(RememberedEmbedding):
                     - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])))
 
         values = pair_values(q, k, ctx=ctx)
-        if values is not None:  # short eager positions: their distances and range are kept
-            qv, kv = values
-            rel, bounds = kept_pairs(self, "distances", values, ctx=ctx, build=lambda: (
-                distances(), (min(qv) - max(kv), max(qv) - min(kv))))
+        if values is not None:  # short eager positions: their distances are kept
+            rel = kept_pairs(self, "distances", values, ctx=ctx, build=distances)
+            bounds = pair_bounds(values)
         else:
             qb = index_bounds(q, ctx=ctx)
             kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)

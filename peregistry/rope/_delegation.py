@@ -175,12 +175,11 @@ def cache_scope(xp: Any) -> AbstractContextManager[Any]:
 
 def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be read
-    now (inside a trace). A short 1-D NumPy or eager torch array is read as a list (a
-    reduction costs more than that)."""
-    name = getattr(ctx.xp, "__name__", None)
-    if (name in _NUMPY_NAMES or name in _TORCH_NAMES) and x.ndim == 1 and x.shape[0] <= 64 \
-            and not ctx.backend.is_tracing(x):
-        values = x.tolist()
+    now (inside a trace). A short 1-D NumPy or eager torch array (not a subclass) is read as a
+    list (a reduction costs more than that)."""
+    if (type(x).__module__, type(x).__name__) in _PLAIN_ARRAYS and x.ndim == 1 \
+            and x.shape[0] <= 64 and not ctx.backend.is_tracing(x):
+        values = x.tolist()  # (not a subclass's: a masked array's, a DTensor's)
         return min(values), max(values)
     if _is_torch(ctx.xp):
         return _torch.int_bounds(x)

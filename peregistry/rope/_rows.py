@@ -77,7 +77,8 @@ def _token_entries(enc: RotaryEncoder, axes: list[int], *, ctx: Ctx,
                          device=ctx.device)
         entries = (_delegation.take_entries(table[0], idx, xp=xp),
                    _delegation.take_entries(table[1], idx, xp=xp))
-    if SHARED.budget:  # (0: the tables are off, and nothing is kept from them)
+    # (none with the tables off, a budget of 0; nor wrapped by a torch.func transform)
+    if SHARED.budget and _delegation.cacheable(entries[0], ctx=ctx):
         if len(cache.entries) >= ENTRIES_KEPT:
             cache.entries.clear()
         cache.entries[key] = entries
