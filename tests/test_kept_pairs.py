@@ -46,6 +46,11 @@ POSITIONS = [
     (np.array([0]), np.array([-512])),  # at the edges of transformer-xl's first table, and past
     (np.array([511]), np.array([0, 1023])),
     (np.array([0]), np.array([512, 513])),
+    (np.array([4096]), np.arange(3)),  # decode steps at the edges of the kept slices, and past
+    (np.array([0]), np.arange(4095, 4097)),
+    (np.array([0]), np.arange(4096, 4098)),
+    (np.array([5000]), np.arange(3)),
+    (np.array([7]), np.array([0, 2, 1, 3])),  # one query, keys out of order
     (np.array([0, 2**24 + 1, 2**25 + 3]), None),
 ]
 
@@ -329,3 +334,23 @@ def test_nothing_made_inside_torch_func_transforms_is_kept() -> None:
         torch.testing.assert_close(call(q, q, params=params),
                                    getattr(pair.replace(), call.__name__)(q, q, params=params),
                                    rtol=0, atol=0)
+
+
+def test_a_decode_step_is_a_slice(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One query against consecutive keys (a decode step, one key more each step): each
+    encoder slices a vector kept per distance, computing no distance and keeping nothing per
+    step; the bits are those of computing (test_kept_pairs_have_the_bits_of_computing)."""
+    if not _keeps(backend):
+        pytest.skip(f"nothing is read on {backend.name}")
+    computed: list[Any] = []
+    real = relative.int_distance
+    monkeypatch.setattr(relative, "int_distance",
+                        lambda q, k, idt, xp: computed.append(q.shape) or real(q, k, idt, xp=xp))
+    xp = backend.namespace()
+    for name, options, learned in SPECS:
+        enc: Any = per.get_encoder(name, **options)
+        params = enc.init(xp, seed=3) if learned else None
+        for t in range(3, 40):
+            _call(enc, backend, params, np.array([t]), np.arange(t + 1))
+        assert not _kept(enc), name
+    assert not computed

@@ -13,6 +13,7 @@ rows, distances), by the differences ``k - q`` of their values: :func:`kept_pair
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "index_bounds", "int_range", "kept_pairs",
-           "kept_rows", "pair_bounds", "pair_reach", "pair_values"]
+__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "STEP_REACH", "index_bounds", "int_range", "kept_pairs",
+           "kept_rows", "pair_bounds", "pair_reach", "pair_values", "step_distances",
+           "step_entries", "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -37,7 +39,10 @@ PAIR_SIDE = 64
 #: elements each, so a few MiB at most.
 PAIRS_KEPT = 16
 
-#: Query and key positions less the first query position, as read by :func:`pair_values`.
+#: The distances of a decode step that :func:`step_distances` covers.
+STEP_REACH = 4096
+
+#: Query and key positions, as read by :func:`pair_values`.
 PairValues = tuple[tuple[int, ...], tuple[int, ...]]
 
 
@@ -102,21 +107,58 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
 
 
 def pair_values(q: Any, k: Any, *, ctx: Ctx) -> PairValues | None:
-    """Eager 1-D integer query and key positions of at most :data:`PAIR_SIDE` each, read on the
-    host where that costs less than one small operation (NumPy, CPU torch:
-    :func:`~peregistry.rope._delegation.short_ints`), less the first query position: the
-    differences ``k_j - q_i``, all a relative encoder depends on, and nothing else (a sliding
-    window reads the same values every step). None where they are not read."""
+    """The values of eager 1-D integer query and key positions of at most :data:`PAIR_SIDE`
+    each, where reading them on the host costs less than one small operation (NumPy, CPU torch:
+    :func:`~peregistry.rope._delegation.short_ints`); None where they are not read."""
     qv = _delegation.short_ints(q, ctx=ctx, limit=PAIR_SIDE)
     if qv is None:
         return None
     kv = qv if k is q else _delegation.short_ints(k, ctx=ctx, limit=PAIR_SIDE)
-    if kv is None:
-        return None
+    return None if kv is None else (qv, kv)
+
+
+def _differences(values: PairValues) -> PairValues:
+    """``values`` less the first query position: the differences ``k_j - q_i``, all a relative
+    encoder depends on, and nothing else (a sliding window gives the same every step)."""
+    qv, kv = values
     s = qv[0]
-    if s:
-        qv, kv = tuple([v - s for v in qv]), tuple([v - s for v in kv])
-    return qv, kv
+    if not s:
+        return values
+    return tuple([v - s for v in qv]), tuple([v - s for v in kv])
+
+
+def step_window(values: PairValues, vector: Callable[[], Any], center: int, *,
+                xp: Any) -> Any | None:
+    """A decode step's entries of ``vector()``, whose entry ``center + d`` is for the distance
+    ``k - q = d``: ``vector()[center + s : center + s + K]`` as ``(1, K)`` (a slice, no
+    operation per element) where ``values`` are one query position against ``K`` consecutive
+    keys at distances ``s .. s + K - 1`` within the vector; None for other positions."""
+    qv, kv = values
+    n, first = len(kv), kv[0]
+    if len(qv) != 1 or kv[-1] - first != n - 1 or kv != tuple(range(first, first + n)):
+        return None
+    entries = vector()
+    start = center + first - qv[0]
+    if start < 0 or start + n > entries.shape[0]:
+        return None
+    return xp.reshape(entries[start:start + n], (1, n))
+
+
+def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[int, ...]:
+    """``entry(d)`` for each distance ``d`` in ``[-STEP_REACH, STEP_REACH]``, a host vector
+    for :func:`step_window` made once per encoder (kept as ``enc._cache[name]``)."""
+    kept: tuple[int, ...] | None = enc._cache.get(name)
+    if kept is None:
+        kept = enc._cache[name] = tuple(entry(d) for d in range(-STEP_REACH, STEP_REACH + 1))
+    return kept
+
+
+@functools.cache
+def step_distances(negated_magnitude: bool) -> tuple[int, ...]:
+    """Host vectors for :func:`step_window`, centred at :data:`STEP_REACH`: ``-|d|`` (ALiBi) or
+    ``-d`` (``q - k``, transformer-xl) for ``d = k - q`` in ``[-STEP_REACH, STEP_REACH]``."""
+    d = range(-STEP_REACH, STEP_REACH + 1)
+    return tuple(-abs(i) for i in d) if negated_magnitude else tuple(-i for i in d)
 
 
 def pair_bounds(values: PairValues) -> tuple[int, int]:
@@ -147,7 +189,8 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
     kept: dict[Hashable, Any] | None = enc._cache.get("pairs")
     if kept is None:
         kept = enc._cache["pairs"] = {}
-    key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation, values)
+    key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation,
+           _differences(values))
     out = kept.get(key)
     if out is None:
         with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)

@@ -37,6 +37,7 @@ from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
 from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of, t5_bucket
 from ._row_tables import (
+    STEP_REACH,
     PairValues,
     index_bounds,
     int_range,
@@ -45,6 +46,9 @@ from ._row_tables import (
     pair_bounds,
     pair_reach,
     pair_values,
+    step_distances,
+    step_entries,
+    step_window,
 )
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
@@ -139,7 +143,14 @@ class T5Bias(LearnedParams, RememberedBias):
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: what they decide is kept
-            if len(values[0]) * len(values[1]) <= 2 * int(self._values["max_distance"]) + 1:
+            m, idt = int(self._values["max_distance"]), index_dtype(ctx)
+            lut = self._cache["lut"]  # a decode step: a slice of each distance's bucket
+            window = step_window(values, lambda: eager_constant(self, "step_arrays", step_entries(
+                self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m]), idt, ctx=ctx,
+                like=q), STEP_REACH, xp=xp) if type(self)._lut_index is T5Bias._lut_index else None
+            if window is not None:
+                return gather(table, window, axis=1, ctx=ctx)
+            if len(values[0]) * len(values[1]) <= 2 * m + 1:
                 buckets = kept_pairs(self, "buckets", values, ctx=ctx,
                                      build=lambda: self._pair_buckets(q, k, values, ctx=ctx))
                 return gather(table, buckets, axis=1, ctx=ctx)
@@ -253,8 +264,11 @@ class ALiBi(RememberedBias):
             return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their -|k - q| is kept
-        neg = negated() if values is None else kept_pairs(
-            self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
+        neg = None if values is None else step_window(values, lambda: eager_constant(
+            self, "step_arrays", step_distances(True), cdt, ctx=ctx, like=q), STEP_REACH, xp=xp)
+        if neg is None:
+            neg = negated() if values is None else kept_pairs(
+                self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
         m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return neg * m
@@ -288,7 +302,12 @@ class Shaw(LearnedParams, RememberedEmbedding):
                     else clip_int(d, m, xp=ctx.xp)) + m
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
-        idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx, build=rows)
+        idx = None if values is None else step_window(values, lambda: eager_constant(
+            self, "step_arrays", step_entries(self, "step_rows", lambda d: min(max(d, -m), m) + m),
+            index_dtype(ctx), ctx=ctx, like=q), STEP_REACH, xp=ctx.xp)  # (a decode step)
+        if idx is None:
+            idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx,
+                                                           build=rows)
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 
@@ -372,7 +391,11 @@ class TransformerXL(RememberedEmbedding):
 
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: their distances are kept
-            rel = kept_pairs(self, "distances", values, ctx=ctx, build=distances)
+            rel = step_window(values, lambda: eager_constant(  # a decode step: a slice
+                self, "step_arrays", step_distances(False), q.dtype, ctx=ctx, like=q),
+                STEP_REACH, xp=xp)
+            if rel is None:
+                rel = kept_pairs(self, "distances", values, ctx=ctx, build=distances)
             bounds = pair_bounds(values)
         else:
             qb = index_bounds(q, ctx=ctx)
