@@ -14,7 +14,8 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     ours minus hand-written <= 20 µs. Each case repeats one call (a rotary call is then the
     remembered case); ``t5`` is also given new positions arrays on every call: of the same values,
     shifted (a sliding window), and of new differences ``k - q`` (nothing kept serves them); and
-    a decoder's step, one query against one key more each step.
+    every pair kind is given a decoder's step, one query against one key more each step (the
+    hand-written code at 1 x 8).
 ``llama``
     A tiny Llama (transformers; 2 layers, hidden 64, one thread) generating 32 tokens: ms/token
     with the model's own RoPE, with ``enc.cos_sin`` feeding the model's apply function, and with
@@ -203,6 +204,13 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
     txl: Any = per.get_encoder("transformer-xl", dim=16)
     yield ("transformer-xl.embed(8, 8)", lambda: txl.embed(pos, pos),
            lambda: hand_transformer_xl(xp, fpos, fpos, 16))
+    yield ("alibi.bias(1, K) decode, K + 1 each", lambda: ali.bias(*next(steps_qk)),
+           lambda: _hand.hand_alibi(xp, fpos[:1], fpos, 4))
+    yield ("shaw.embed(1, K) decode, K + 1 each",
+           lambda: shaw.embed(*next(steps_qk), params=sp),
+           lambda: _hand.hand_shaw(xp, pos[:1], pos, sp["table"], 4))
+    yield ("transformer-xl.embed(1, K) decode", lambda: txl.embed(*next(steps_qk)),
+           lambda: hand_transformer_xl(xp, fpos[:1], fpos, 16))
 
 
 def section_calls(reps: int, only: tuple[str, ...] = ("numpy", "torch", "jax")) -> None:

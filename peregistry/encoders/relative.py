@@ -143,13 +143,15 @@ class T5Bias(LearnedParams, RememberedBias):
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: what they decide is kept
-            m, idt = int(self._values["max_distance"]), index_dtype(ctx)
-            lut = self._cache["lut"]  # a decode step: a slice of each distance's bucket
-            window = step_window(values, lambda: eager_constant(self, "step_arrays", step_entries(
-                self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m]), idt, ctx=ctx,
-                like=q), STEP_REACH, xp=xp) if type(self)._lut_index is T5Bias._lut_index else None
-            if window is not None:
-                return gather(table, window, axis=1, ctx=ctx)
+            m = int(self._values["max_distance"])
+            if len(values[0]) == 1 and type(self)._lut_index is T5Bias._lut_index:
+                lut = self._cache["lut"]  # a decode step: a slice of each distance's bucket
+                window = step_window(values, lambda: eager_constant(
+                    self, "step_arrays", step_entries(self, "step_buckets", lambda d: lut[
+                        min(max(d, -m), m) + m]), index_dtype(ctx), ctx=ctx, like=q),
+                    STEP_REACH, xp=xp)
+                if window is not None:
+                    return gather(table, window, axis=1, ctx=ctx)
             if len(values[0]) * len(values[1]) <= 2 * m + 1:
                 buckets = kept_pairs(self, "buckets", values, ctx=ctx,
                                      build=lambda: self._pair_buckets(q, k, values, ctx=ctx))
