@@ -287,11 +287,13 @@ def test_gradients_have_the_bits_of_computing(monkeypatch: pytest.MonkeyPatch) -
     """The kept paths gather in the order of the computed ones: the gradient with respect to
     the learned table sums the same terms in the same order (few and many pairs)."""
     torch = _torch()
-    for name, options in (("t5", {"num_heads": 3}), ("shaw", {"max_distance": 3, "dim": 4})):
+    for name, options in (("t5", {"num_heads": 3}), ("shaw", {"max_distance": 3, "dim": 4}),
+                          ("t5", {"num_heads": 2, "num_buckets": 4, "max_distance": 3,
+                                  "bidirectional": False})):
         enc: Any = per.get_encoder(name, **options)
         params = enc.init(torch, seed=2)
-        for n, m_ in ((4, 6), (40, 50), (64, 64)):
-            q, k = torch.arange(n) + 3, torch.arange(m_)
+        for n, m_ in ((4, 6), (40, 50), (64, 64), (1, 40), (1, 5)):  # (and decode steps)
+            q, k = torch.arange(n) + (3 if n > 1 else 0), torch.arange(m_)
             call = enc.embed if name == "shaw" else enc.bias
             up = torch.randn(call(q, k, params=params).shape, generator=torch.Generator().manual_seed(n))
 
@@ -339,7 +341,9 @@ def test_nothing_made_inside_torch_func_transforms_is_kept() -> None:
 def test_a_decode_step_is_a_slice(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """One query against consecutive keys (a decode step, one key more each step): each
     encoder slices a vector kept per distance, computing no distance and keeping nothing per
-    step; the bits are those of computing (test_kept_pairs_have_the_bits_of_computing)."""
+    step; the bits are those of computing (test_kept_pairs_have_the_bits_of_computing). T5
+    beyond 2·max_distance + 1 keys takes its kept lookup indices instead (the gather order of
+    computing: test_gradients_have_the_bits_of_computing)."""
     if not _keeps(backend):
         pytest.skip(f"nothing is read on {backend.name}")
     computed: list[Any] = []
@@ -350,7 +354,8 @@ def test_a_decode_step_is_a_slice(backend: Any, monkeypatch: pytest.MonkeyPatch)
     for name, options, learned in SPECS:
         enc: Any = per.get_encoder(name, **options)
         params = enc.init(xp, seed=3) if learned else None
-        for t in range(3, 40):
+        keys = 2 * enc.options["max_distance"] + 1 if name == "t5" else 64
+        for t in range(3, min(40, keys)):
             _call(enc, backend, params, np.array([t]), np.arange(t + 1))
         assert not _kept(enc), name
     assert not computed

@@ -144,7 +144,8 @@ class T5Bias(LearnedParams, RememberedBias):
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: what they decide is kept
             m = int(self._values["max_distance"])
-            if len(values[0]) == 1 and type(self)._lut_index is T5Bias._lut_index:
+            if (len(values[0]) == 1 and len(values[1]) <= 2 * m + 1  # (few pairs: as below)
+                    and type(self)._lut_index is T5Bias._lut_index):
                 lut = self._cache["lut"]  # a decode step: a slice of each distance's bucket
                 window = step_window(values, lambda: eager_constant(
                     self, "step_arrays", step_entries(self, "step_buckets", lambda d: lut[
