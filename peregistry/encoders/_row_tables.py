@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "STEP_REACH", "index_bounds", "int_range", "kept_pairs",
-           "kept_rows", "pair_bounds", "pair_reach", "pair_values", "step_distances",
-           "step_entries", "step_window"]
+__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "STEP_REACH", "index_bounds", "int_range",
+           "kept_pairs", "kept_rows", "pair_bounds", "pair_reach", "pair_values",
+           "step_distances", "step_entries", "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -39,7 +39,8 @@ PAIR_SIDE = 64
 #: elements each, so a few MiB at most.
 PAIRS_KEPT = 16
 
-#: The distances of a decode step that :func:`step_distances` covers.
+#: The distances ``|k - q|`` of a decode step that the vectors of :func:`step_entries` and
+#: :func:`step_distances` cover (8193 entries each).
 STEP_REACH = 4096
 
 #: Query and key positions, as read by :func:`pair_values`.
