@@ -34,11 +34,12 @@ def int_distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
     return xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])) - xp.reshape(q, (*q.shape, 1))
 
 
-def pair_difference(q: Any, k: Any, *, xp: Any) -> Any:
-    """``q - k`` as ``(*batch, Q, K, 1)`` (the axes added by reshaping: one torch call each,
-    where indexing with ``None`` costs two)."""
-    return (xp.reshape(q, (*q.shape, 1, 1))
-            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], 1)))
+def pair_difference(q: Any, k: Any, *, xp: Any, trailing: bool = True) -> Any:
+    """``q - k`` as ``(*batch, Q, K, 1)``, or ``(*batch, Q, K)`` without ``trailing`` (the axes
+    added by reshaping: one torch call each, where indexing with ``None`` costs two)."""
+    one = (1,) if trailing else ()
+    return (xp.reshape(q, (*q.shape, 1, *one))
+            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], *one)))
 
 
 def clip_int(d: Any, m: int, *, xp: Any) -> Any:

@@ -14,12 +14,12 @@ rows, distances), by the differences ``k - q`` of their values: :func:`kept_pair
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..rope._table_cache import SHARED, _Key, device_key
+from ._pair_ops import size_of
 
 if TYPE_CHECKING:
     from ..rope import _delegation
@@ -50,7 +50,7 @@ PairValues = tuple[tuple[int, ...], tuple[int, ...]]
 def int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
     tracer's, or on a device where reading values would synchronize it."""
-    if ctx.backend.is_tracing(a) or math.prod(int(n) for n in a.shape) == 0:
+    if ctx.backend.is_tracing(a) or size_of(a) == 0:
         return None
     if not _delegation.reads_cheaply(a, xp=ctx.xp):
         return None

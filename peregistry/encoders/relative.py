@@ -26,6 +26,7 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -141,39 +142,45 @@ class T5Bias(LearnedParams, RememberedBias):
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
-        values = pair_values(q, k, ctx=ctx)
-        if values is not None:  # short eager positions: what they decide is kept
-            m = int(self._values["max_distance"])
-            if (len(values[0]) == 1 and len(values[1]) <= 2 * m + 1  # (few pairs: as below)
-                    and type(self)._lut_index is T5Bias._lut_index):
-                lut = self._cache["lut"]  # a decode step: a slice of each distance's bucket
-                window = step_window(values, lambda: eager_constant(
-                    self, "step_arrays", step_entries(self, "step_buckets", lambda d: lut[
-                        min(max(d, -m), m) + m]), index_dtype(ctx), ctx=ctx, like=q),
-                    STEP_REACH, xp=xp)
-                if window is not None:
-                    return gather(table, window, axis=1, ctx=ctx)
-            if len(values[0]) * len(values[1]) <= 2 * m + 1:
+        m = int(self._values["max_distance"])
+        buckets = idx = lut = None
+        values = pair_values(q, k, ctx=ctx)  # short eager positions: what they decide is kept
+        if values is None:
+            idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
+            few = size_of(idx) <= 2 * m + 1
+            buckets = gather(lut, idx, axis=0, ctx=ctx) if few else None
+        elif few := len(values[0]) * len(values[1]) <= 2 * m + 1:
+            if len(values[0]) == 1:  # one query: a decode step's slice, if it is one
+                buckets = self._step_buckets(q, values, ctx=ctx)
+            if buckets is None:
                 buckets = kept_pairs(self, "buckets", values, ctx=ctx,
                                      build=lambda: self._pair_buckets(q, k, values, ctx=ctx))
-                return gather(table, buckets, axis=1, ctx=ctx)
-            # many pairs: as below, the bias of each clipped distance, then one gather per pair
-            # (the gradient then sums the same terms in the same order)
+        else:
             idx = kept_pairs(self, "lookup", values, ctx=ctx,
                              build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
             lut = eager_constant(self, "lut_arrays", self._cache["lut"], idx.dtype, ctx=ctx,
                                  like=idx)
-            return gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
-        idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
-        if size_of(idx) <= 2 * int(self._values["max_distance"]) + 1:
-            # few pairs: each pair's bucket, then its bias
-            out = gather(table, gather(lut, idx, axis=0, ctx=ctx), axis=1, ctx=ctx)
-        else:  # the bias of each clipped distance (H, 2M+1), then one gather per pair
-            out = gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
-        nb = len(idx.shape) - 2  # out is (H, *batch, Q, K); differentiable in the table
+        # Few pairs: each pair's bucket, then its bias. Many: the bias of each clipped distance
+        # (H, 2M+1), then one gather per pair. (Every path of a size gathers alike, so the
+        # gradient sums the same terms in the same order.)
+        out = (gather(table, buckets, axis=1, ctx=ctx) if few
+               else gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx))
+        nb = len(out.shape) - 3  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
+
+    def _step_buckets(self, q: Any, values: PairValues, *, ctx: Ctx) -> Any | None:
+        """A decode step's buckets ``(1, K)`` (the one query against consecutive keys): a slice
+        of the bucket of each clipped distance in ``[-STEP_REACH, STEP_REACH]``, with this class's
+        :meth:`_lut_index` only; None otherwise."""
+        if type(self)._lut_index is not T5Bias._lut_index:
+            return None
+        m, lut = int(self._values["max_distance"]), self._cache["lut"]
+        return step_window(values, lambda: eager_constant(
+            self, "step_arrays", step_entries(self, "step_buckets",
+                                              lambda d: lut[min(max(d, -m), m) + m]),
+            index_dtype(ctx), ctx=ctx, like=q), STEP_REACH, xp=ctx.xp)
 
     def _pair_buckets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
         """The bucket of each pair of short eager positions (``values`` read from them),
@@ -357,7 +364,7 @@ class TransformerXL(RememberedEmbedding):
                 return kept
             if f64 and math.prod(q.shape) * math.prod(k.shape) < _BY_DISTANCE_MIN_PAIRS:
                 return self._sin_cos(pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
-            rel = q[..., :, None] - k[..., None, :]
+            rel = pair_difference(q, k, xp=xp, trailing=False)
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
@@ -387,11 +394,7 @@ class TransformerXL(RememberedEmbedding):
         ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``; None where
         no table serves them."""
         xp = ctx.xp
-
-        def distances() -> Any:  # q - k, (*batch, Q, K)
-            return (xp.reshape(q, (*q.shape, 1))
-                    - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])))
-
+        distances = functools.partial(pair_difference, q, k, xp=xp, trailing=False)  # q - k
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: their distances are kept
             rel = step_window(values, lambda: eager_constant(  # a decode step: a slice

@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
+from ._pair_ops import size_of
 from .pairs import index_dtype
 
 if TYPE_CHECKING:
@@ -18,13 +19,6 @@ else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py
     _delegation = _lazy.delegation(globals())
 
 __all__ = ["check_index_range", "linear_resize", "linear_resize_plan", "nan_where"]
-
-
-def _size(a: Any) -> int:
-    n = 1
-    for d in a.shape:
-        n *= int(d)
-    return n
 
 
 def check_index_range(owner: str, idx: Any, n: int, *, what: str, option: str,
@@ -40,7 +34,7 @@ def check_index_range(owner: str, idx: Any, n: int, *, what: str, option: str,
     xp = ctx.xp
     if not ctx.backend.is_tracing(idx):
         # (short arrays read as a list; None where an enclosing JAX trace stages the reading)
-        bounds = _delegation.int_bounds(idx, ctx=ctx) if _size(idx) else (0, 0)
+        bounds = _delegation.int_bounds(idx, ctx=ctx) if size_of(idx) else (0, 0)
         if bounds is not None:
             lo, hi = bounds
             if lo < 0 or hi >= n:

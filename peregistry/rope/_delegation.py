@@ -175,11 +175,10 @@ def cache_scope(xp: Any) -> AbstractContextManager[Any]:
 
 def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be read
-    now (inside a trace). A short 1-D NumPy or eager torch array (not a subclass) is read as a
-    list (a reduction costs more than that)."""
-    if (type(x).__module__, type(x).__name__) in _PLAIN_ARRAYS and x.ndim == 1 \
-            and x.shape[0] <= 64 and not ctx.backend.is_tracing(x):
-        values = x.tolist()  # (not a subclass's: a masked array's, a DTensor's)
+    now (inside a trace). A short 1-D NumPy or CPU torch array is read as a list
+    (:func:`short_ints`: a reduction costs more than that)."""
+    values = short_ints(x, ctx=ctx, limit=64)
+    if values is not None:
         return min(values), max(values)
     if _is_torch(ctx.xp):
         return _torch.int_bounds(x)
