@@ -109,4 +109,7 @@ def bind_for_torch() -> None:
         return
     for namespace in list(_namespaces):
         bind(namespace)
+    from .backends import _torch
+
+    _torch.bind_probe()
     _all_bound = True

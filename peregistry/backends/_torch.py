@@ -71,9 +71,9 @@ class TorchBackend(Backend):
         return sys.modules["torch"].int64  # on every device (the info object costs ~1 µs)
 
     def wide_float_dtype(self, device: Any = None) -> Any:
-        import torch
+        torch = sys.modules["torch"]  # asked on every call: a dict read, not an import
 
-        kind = getattr(device, "type", None)  # a torch.device (asked on every call)
+        kind = getattr(device, "type", None)  # a torch.device
         if kind == "cpu":
             return torch.float64
         if device is not None and (kind if isinstance(kind, str)
@@ -151,12 +151,13 @@ class TorchBackend(Backend):
         return table[idx] if axis == 0 else table[:, idx]
 
     def is_tracing(self, x: Any) -> bool:
-        torch = sys.modules["torch"]  # asked on every call: a dict read, not an import
-
+        # Asked several times per call: torch's functions looked up once (_probes), not through
+        # three module attributes each time.
+        probe = _probe or bind_probe()
         # torch.jit.trace too: values read there would be baked into the trace as constants
-        if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+        if probe.compiling() or probe.tracing_state() is not None:
             return True
-        if type(x) is torch.Tensor and torch._C._functorch.peek_interpreter_stack() is None:
+        if type(x) is probe.tensor and probe.transforms() is None:
             return False  # eager, outside torch.func transforms: no wrapper (the common case)
         return is_placeholder(x)
 
@@ -191,6 +192,33 @@ def is_wrapped(t: Any) -> bool:
     if fc.peek_interpreter_stack() is None and not torch.compiler.is_compiling():
         return False
     return bool(torch._is_functional_tensor(t) or fc.is_functorch_wrapped_tensor(t))
+
+
+class _Probes:
+    """The torch functions :meth:`TorchBackend.is_tracing` asks on every call, looked up once."""
+
+    __slots__ = ("compiling", "tensor", "tracing_state", "transforms")
+
+    def __init__(self) -> None:
+        torch = sys.modules["torch"]
+        self.compiling = torch.compiler.is_compiling
+        self.tracing_state = torch._C._get_tracing_state
+        self.transforms = torch._C._functorch.peek_interpreter_stack
+        self.tensor = torch.Tensor
+
+
+_probe: _Probes | None = None
+
+
+def bind_probe() -> _Probes:
+    """The :class:`_Probes`, kept from the first call made outside TorchDynamo (a global written
+    while it traces costs a recompile); :func:`peregistry._lazy.bind_for_torch` binds it when an
+    encoder is built, so that compiled code finds it bound."""
+    global _probe
+    probe = _Probes()
+    if not probe.compiling():
+        _probe = probe
+    return probe
 
 
 def is_placeholder(t: Any) -> bool:

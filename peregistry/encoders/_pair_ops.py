@@ -29,17 +29,20 @@ def as_dtype(a: Any, dtype: Any, *, xp: Any) -> Any:
 def int_distance(q: Any, k: Any, idt: Any, *, xp: Any) -> Any:
     """``k - q`` as ``(*batch, Q, K)`` in the index dtype ``idt``: :func:`.pairs.distance`, with
     the dtype looked up once per call and the axes added by reshaping (indexing with ``None``
-    costs torch twice as much)."""
+    costs torch twice as much; 1-D keys broadcast as they are)."""
     k, q = as_dtype(k, idt, xp=xp), as_dtype(q, idt, xp=xp)
-    return xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1])) - xp.reshape(q, (*q.shape, 1))
+    if k.ndim > 1:
+        k = xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1]))
+    return k - xp.reshape(q, (*q.shape, 1))
 
 
 def pair_difference(q: Any, k: Any, *, xp: Any, trailing: bool = True) -> Any:
     """``q - k`` as ``(*batch, Q, K, 1)``, or ``(*batch, Q, K)`` without ``trailing`` (the axes
     added by reshaping: one torch call each, where indexing with ``None`` costs two)."""
     one = (1,) if trailing else ()
-    return (xp.reshape(q, (*q.shape, 1, *one))
-            - xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], *one)))
+    if trailing or k.ndim > 1:  # (1-D keys broadcast as they are against (*batch, Q, 1))
+        k = xp.reshape(k, (*k.shape[:-1], 1, k.shape[-1], *one))
+    return xp.reshape(q, (*q.shape, 1, *one)) - k
 
 
 def clip_int(d: Any, m: int, *, xp: Any) -> Any:

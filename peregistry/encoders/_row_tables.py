@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..rope._table_cache import SHARED, _Key, device_key
+from ._constants import eager_constant
 from ._pair_ops import size_of
 
 if TYPE_CHECKING:
@@ -128,21 +129,24 @@ def _differences(values: PairValues) -> PairValues:
     return tuple([v - s for v in qv]), tuple([v - s for v in kv])
 
 
-def step_window(values: PairValues, vector: Callable[[], Any], center: int, *,
-                xp: Any) -> Any | None:
-    """A decode step's entries of ``vector()``, whose entry ``center + d`` is for the distance
-    ``k - q = d``: ``vector()[center + s : center + s + K]`` as ``(1, K)`` (a slice, no
-    operation per element) where ``values`` are one query position against ``K`` consecutive
-    keys at distances ``s .. s + K - 1`` within the vector; None for other positions."""
+def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
+                dtype: Any, *, ctx: Ctx, like: Any) -> Any | None:
+    """A decode step's entries ``(1, K)``: where ``values`` are one query position against
+    ``K`` consecutive keys at distances ``k - q = s .. s + K - 1``, a slice (no operation per
+    element) of the vector ``entries()`` (entry ``STEP_REACH + d`` for the distance ``d``,
+    made by :func:`step_entries` or :func:`step_distances`), kept as a ``(1, 2·STEP_REACH + 1)``
+    array of ``dtype`` in ``enc._cache`` (:func:`.eager_constant`; ``like``, an input of the
+    call, says whether it is traced); None for other positions or distances beyond the reach."""
     qv, kv = values
     n, first = len(kv), kv[0]
     if len(qv) != 1 or kv[-1] - first != n - 1 or kv != tuple(range(first, first + n)):
         return None
-    entries = vector()
-    start = center + first - qv[0]
-    if start < 0 or start + n > entries.shape[0]:
+    start = STEP_REACH + first - qv[0]
+    if start < 0 or start + n > 2 * STEP_REACH + 1:
         return None
-    return xp.reshape(entries[start:start + n], (1, n))
+    vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=like,
+                            shape=(1, 2 * STEP_REACH + 1))
+    return vector[:, start:start + n]
 
 
 def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[int, ...]:

@@ -38,7 +38,6 @@ from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
 from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of, t5_bucket
 from ._row_tables import (
-    STEP_REACH,
     PairValues,
     index_bounds,
     int_range,
@@ -177,10 +176,9 @@ class T5Bias(LearnedParams, RememberedBias):
         if type(self)._lut_index is not T5Bias._lut_index:
             return None
         m, lut = int(self._values["max_distance"]), self._cache["lut"]
-        return step_window(values, lambda: eager_constant(
-            self, "step_arrays", step_entries(self, "step_buckets",
-                                              lambda d: lut[min(max(d, -m), m) + m]),
-            index_dtype(ctx), ctx=ctx, like=q), STEP_REACH, xp=ctx.xp)
+        return step_window(self, values, lambda: step_entries(
+            self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m]), index_dtype(ctx),
+            ctx=ctx, like=q)
 
     def _pair_buckets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
         """The bucket of each pair of short eager positions (``values`` read from them),
@@ -274,8 +272,8 @@ class ALiBi(RememberedBias):
             return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their -|k - q| is kept
-        neg = None if values is None else step_window(values, lambda: eager_constant(
-            self, "step_arrays", step_distances(True), cdt, ctx=ctx, like=q), STEP_REACH, xp=xp)
+        neg = None if values is None else step_window(
+            self, values, lambda: step_distances(True), cdt, ctx=ctx, like=q)
         if neg is None:
             neg = negated() if values is None else kept_pairs(
                 self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
@@ -312,9 +310,9 @@ class Shaw(LearnedParams, RememberedEmbedding):
                     else clip_int(d, m, xp=ctx.xp)) + m
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
-        idx = None if values is None else step_window(values, lambda: eager_constant(
-            self, "step_arrays", step_entries(self, "step_rows", lambda d: min(max(d, -m), m) + m),
-            index_dtype(ctx), ctx=ctx, like=q), STEP_REACH, xp=ctx.xp)  # (a decode step)
+        idx = None if values is None else step_window(  # (a decode step)
+            self, values, lambda: step_entries(self, "step_rows", lambda d: min(max(d, -m), m) + m),
+            index_dtype(ctx), ctx=ctx, like=q)
         if idx is None:
             idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx,
                                                            build=rows)
@@ -397,9 +395,8 @@ class TransformerXL(RememberedEmbedding):
         distances = functools.partial(pair_difference, q, k, xp=xp, trailing=False)  # q - k
         values = pair_values(q, k, ctx=ctx)
         if values is not None:  # short eager positions: their distances are kept
-            rel = step_window(values, lambda: eager_constant(  # a decode step: a slice
-                self, "step_arrays", step_distances(False), q.dtype, ctx=ctx, like=q),
-                STEP_REACH, xp=xp)
+            rel = step_window(self, values, lambda: step_distances(False), q.dtype, ctx=ctx,
+                              like=q)  # a decode step: a slice
             if rel is None:
                 rel = kept_pairs(self, "distances", values, ctx=ctx, build=distances)
             bounds = pair_bounds(values)
