@@ -156,6 +156,36 @@ def test_kept_pairs_are_bounded(backend: Any) -> None:
         assert _kept(enc)
 
 
+def test_new_differences_on_every_call_pause_keeping(backend: Any) -> None:
+    """A full set that served no call (new differences every call) pauses keeping for
+    PAIRS_SKIPPED calls, which build as computing does; a set that served one does not."""
+    if not _keeps(backend):
+        pytest.skip(f"nothing is kept on {backend.name}")
+    n, skipped = _row_tables.PAIRS_KEPT, _row_tables.PAIRS_SKIPPED
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    fresh: Any = per.get_encoder("alibi", num_heads=2)
+
+    def keys(i: int) -> Any:
+        return np.array([0, i + 2])
+
+    for i in range(n + 1):  # the (n + 1)-th drops the full set, which served no call
+        _call(enc, backend, None, np.array([0, 1]), keys(i))
+    assert len(_kept(enc)) == 1
+    for i in range(skipped):  # neither looked up nor kept, even a repeat; the same bits
+        out = _call(enc, backend, None, np.array([0, 1]), keys(i % 3))
+        expect = _call(fresh, backend, None, np.array([0, 1]), keys(i % 3))
+        np.testing.assert_array_equal(backend.to_numpy(out), backend.to_numpy(expect))
+        assert len(_kept(enc)) == 1
+    _call(enc, backend, None, np.array([0, 1]), keys(0))
+    assert len(_kept(enc)) == 2  # kept again
+    other: Any = per.get_encoder("alibi", num_heads=3)
+    for i in range(n + 1):  # one repeat among them: the set served a call
+        _call(other, backend, None, np.array([0, 1]), keys(i if i != 1 else 0))
+    for i in range(2):
+        _call(other, backend, None, np.array([0, 1]), keys(100 + i))
+    assert len(_kept(other)) == 2
+
+
 def test_what_nothing_is_kept_for(backend: Any) -> None:
     """Batched (2-D) positions, more than PAIR_SIDE per side, real positions (transformer-xl):
     computed every call, nothing kept."""

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["PAIRS_KEPT", "PAIR_SIDE", "ROW_TABLE_BYTES", "STEP_REACH", "index_bounds", "int_range",
-           "kept_pairs", "kept_rows", "pair_bounds", "pair_reach", "pair_values",
-           "step_distances", "step_entries", "step_window"]
+__all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIR_SIDE", "ROW_TABLE_BYTES",
+           "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows",
+           "pair_bounds", "pair_reach", "pair_values", "step_distances", "step_entries",
+           "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -39,6 +40,10 @@ PAIR_SIDE = 64
 #: The arrays :func:`kept_pairs` keeps per encoder (all dropped when full): at most 4096
 #: elements each, so a few MiB at most.
 PAIRS_KEPT = 16
+
+#: The calls :func:`kept_pairs` neither looks up nor keeps after :data:`PAIRS_KEPT` arrays were
+#: kept and dropped without serving a call (positions of new differences on every call).
+PAIRS_SKIPPED = 64
 
 #: The distances ``|k - q|`` of a decode step that the vectors of :func:`step_entries` and
 #: :func:`step_distances` cover (8193 entries each).
@@ -187,21 +192,30 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
     positions on every layer and step: this skips the distances, clipping and buckets, leaving
     the gather of the learned values (which change). Callers never hand out what is kept (it
     is an index or an operand). At most :data:`PAIRS_KEPT` per encoder, all dropped when full;
-    like the tables of positions, nothing is kept with their budget at 0, and
+    when a full set served no call (new differences on every call), the next
+    :data:`PAIRS_SKIPPED` calls build without looking up or keeping (~3 µs each on torch).
+    Like the tables of positions, nothing is kept with their budget at 0, and
     :func:`peregistry.rope.clear_caches` (or any table leaving the shared cache) ends what is
     kept (the key holds the shared cache's generation); nothing made inside a torch.func
     transform is kept."""
     kept: dict[Hashable, Any] | None = enc._cache.get("pairs")
     if kept is None:
         kept = enc._cache["pairs"] = {}
+    state = enc._cache.setdefault("pairs_state", [0, 0])  # [hits since cleared, calls to skip]
+    if state[1]:  # new differences on every call of late: neither looked up nor kept
+        state[1] -= 1
+        return build()
     key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation,
            _differences(values))
     out = kept.get(key)
-    if out is None:
-        with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
-            out = build()
-        if SHARED.budget and _delegation.cacheable(out, ctx=ctx):
-            if len(kept) >= PAIRS_KEPT:
-                kept.clear()
-            kept[key] = out
+    if out is not None:
+        state[0] += 1
+        return out
+    with _delegation.cache_scope(ctx.xp):  # (not a torch inference tensor)
+        out = build()
+    if SHARED.budget and _delegation.cacheable(out, ctx=ctx):
+        if len(kept) >= PAIRS_KEPT:
+            kept.clear()  # (a full set that served no call: skip the next PAIRS_SKIPPED)
+            state[:] = [0, 0 if state[0] else PAIRS_SKIPPED]
+        kept[key] = out
     return out
