@@ -176,9 +176,55 @@ def test_rows_are_served_from_the_kept_table(backend: Any, monkeypatch: pytest.M
         txl.embed(a(np.arange(3) * i), a(np.arange(9)))
     assert len(computed) == 2
     sin_.encode(a(np.array([1500])))  # beyond 1024 positions: grown once, to 2048
-    txl.embed(a(np.array([700])), a(np.array([-700])))  # distance 1400: 4096 rows
+    txl.embed(a(np.array([700])), a(np.array([-700, -690])))  # distance 1400: 4096 rows
     sin_.encode(a(np.array([2000])))
     assert computed[2:] == [(2048,), (4096, 1)]
+
+
+def _step_tables() -> list[Any]:
+    return [k for k in list(SHARED._entries) if k[0][0] == "step rows"]
+
+
+def test_decode_steps_copy_slices_of_one_table(backend: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformer-xl's decode steps (one query against consecutive keys) slice one table of
+    rows by distance, made once: what they return is their own (writing into it changes no
+    later call); with no table (tables off, too large) they compute the same bits."""
+    if backend.name not in ("numpy", "torch"):
+        pytest.skip(f"positions are not read on {backend.name}: nothing kept")
+    clear_caches()
+    enc: Any = per.get_encoder("transformer-xl", dim=8)
+    computed: list[Any] = []
+    real = type(enc)._sin_cos
+    monkeypatch.setattr(type(enc), "_sin_cos",
+                        lambda self, r, ctx: computed.append(r.shape) or real(self, r, ctx=ctx))
+    a = backend.from_numpy
+    steps = [(np.array([t]), np.arange(t + 1)) for t in (0, 5, 6, 40)]
+    steps += [(np.array([4096]), np.arange(3)), (np.array([0]), np.arange(4094, 4097))]  # edges
+    wants = [_computed(monkeypatch, lambda q=q, k=k: backend.to_numpy(enc.embed(a(q), a(k))))
+             for q, k in steps]
+    computed.clear()
+    clear_caches()
+    for (q, k), want in zip(steps, wants, strict=True):
+        out = enc.embed(a(q), a(k))
+        np.testing.assert_array_equal(backend.to_numpy(out), want)
+        out[...] = 7.0  # the caller's own array
+        np.testing.assert_array_equal(backend.to_numpy(enc.embed(a(q), a(k))), want)
+    width = 2 * _row_tables.STEP_REACH + 1
+    assert computed == [(width, 1)] and len(_step_tables()) == 1
+    clear_caches()
+    budget = SHARED.budget
+    per.rope.set_table_cache_bytes(0)
+    try:
+        np.testing.assert_array_equal(backend.to_numpy(enc.embed(a(steps[1][0]), a(steps[1][1]))),
+                                      wants[1])
+        assert not _step_tables()
+    finally:
+        per.rope.set_table_cache_bytes(budget)
+    monkeypatch.setattr(_row_tables, "ROW_TABLE_BYTES", width * 8 * 8 - 1)  # one byte short
+    np.testing.assert_array_equal(backend.to_numpy(enc.embed(a(steps[2][0]), a(steps[2][1]))),
+                                  wants[2])
+    assert not _step_tables()
 
 
 def test_a_zero_dimensional_position_gets_an_array_of_its_own() -> None:

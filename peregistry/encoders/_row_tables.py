@@ -30,8 +30,8 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
 
 __all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIR_SIDE", "ROW_TABLE_BYTES",
            "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows",
-           "pair_bounds", "pair_reach", "pair_values", "step_distances", "step_entries",
-           "step_window"]
+           "pair_bounds", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
+           "step_rows", "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
 ROW_TABLE_BYTES = 32 << 20
@@ -46,7 +46,7 @@ PAIRS_KEPT = 16
 PAIRS_SKIPPED = 64
 
 #: The distances ``|k - q|`` of a decode step that the vectors of :func:`step_entries` and
-#: :func:`step_distances` cover (8193 entries each).
+#: :func:`step_magnitudes` and the tables of :func:`step_rows` cover (8193 entries or rows).
 STEP_REACH = 4096
 
 #: Query and key positions, as read by :func:`pair_values`.
@@ -134,24 +134,63 @@ def _differences(values: PairValues) -> PairValues:
     return tuple([v - s for v in qv]), tuple([v - s for v in kv])
 
 
-def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
-                dtype: Any, *, ctx: Ctx, like: Any) -> Any | None:
-    """A decode step's entries ``(1, K)``: where ``values`` are one query position against
-    ``K`` consecutive keys at distances ``k - q = s .. s + K - 1``, a slice (no operation per
-    element) of the vector ``entries()`` (entry ``STEP_REACH + d`` for the distance ``d``,
-    made by :func:`step_entries` or :func:`step_distances`), kept as a ``(1, 2·STEP_REACH + 1)``
-    array of ``dtype`` in ``enc._cache`` (:func:`.eager_constant`; ``like``, an input of the
-    call, says whether it is traced); None for other positions or distances beyond the reach."""
+def _step_start(values: PairValues) -> int | None:
+    """Where ``values`` are one query position against ``K`` consecutive keys at distances
+    ``k - q = s .. s + K - 1`` within ``STEP_REACH``: the index ``STEP_REACH + s`` of the first
+    in a vector of the distances ``-STEP_REACH .. STEP_REACH``; None for other positions."""
     qv, kv = values
     n, first = len(kv), kv[0]
     if len(qv) != 1 or kv[-1] - first != n - 1 or kv != tuple(range(first, first + n)):
         return None
     start = STEP_REACH + first - qv[0]
-    if start < 0 or start + n > 2 * STEP_REACH + 1:
+    return None if start < 0 or start + n > 2 * STEP_REACH + 1 else start
+
+
+def step_rows(enc: Encoder, name: str, values: PairValues, *, width: int, ctx: Ctx,
+              dtype: Any, build: Callable[[Any], Any], like: Any) -> Any | None:
+    """A decode step's rows ``(1, K, width)`` of ``dtype`` (the one query against consecutive
+    keys): a copy of a slice of a table with one row per distance ``d = k - q`` in
+    ``[-STEP_REACH, STEP_REACH]``, row ``STEP_REACH + d`` being ``build(d)``'s (elementwise in
+    ``d``: the bits of computing), kept in the shared cache as :func:`kept_rows` keeps its
+    tables; None for other positions, inside a trace (``like``, an input, says), or where the
+    table would take more than :data:`ROW_TABLE_BYTES` or the cache's budget."""
+    start = _step_start(values)
+    if start is None or ctx.backend.is_tracing(like):
+        return None
+    xp, n = ctx.xp, 2 * STEP_REACH + 1
+    key = _Key((("step rows", name, type(enc), enc), device_key(ctx.device), dtype, ctx.wide))
+    have = SHARED.get(key)
+    if have is None:
+        nbytes = n * width * (xp.finfo(dtype).bits // 8)
+        if max(nbytes, n * width * (xp.finfo(ctx.wide).bits // 8)) > min(ROW_TABLE_BYTES,
+                                                                          SHARED.budget):
+            return None
+        with _delegation.cache_scope(xp):
+            d = xp.arange(-STEP_REACH, STEP_REACH + 1, dtype=_delegation.wide_int(xp),
+                          device=ctx.device)
+            table = xp.reshape(xp.astype(build(d), dtype), (1, n, width))
+        if not _delegation.cacheable(table, ctx=ctx):
+            return None
+        SHARED.put(key, (table, None), nbytes)
+    else:
+        table = have[0]
+    return _delegation.fresh_copy(table[:, start:start + len(values[1])], xp=xp)
+
+
+def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
+                dtype: Any, *, ctx: Ctx, like: Any) -> Any | None:
+    """A decode step's entries ``(1, K)``: where ``values`` are one query position against
+    ``K`` consecutive keys at distances ``k - q = s .. s + K - 1``, a slice (no operation per
+    element) of the vector ``entries()`` (entry ``STEP_REACH + d`` for the distance ``d``,
+    made by :func:`step_entries` or :func:`step_magnitudes`), kept as a ``(1, 2·STEP_REACH + 1)``
+    array of ``dtype`` in ``enc._cache`` (:func:`.eager_constant`; ``like``, an input of the
+    call, says whether it is traced); None for other positions or distances beyond the reach."""
+    start = _step_start(values)
+    if start is None:
         return None
     vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=like,
                             shape=(1, 2 * STEP_REACH + 1))
-    return vector[:, start:start + n]
+    return vector[:, start:start + len(values[1])]
 
 
 def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[int, ...]:
@@ -164,11 +203,10 @@ def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[
 
 
 @functools.cache
-def step_distances(negated_magnitude: bool) -> tuple[int, ...]:
-    """Host vectors for :func:`step_window`, centred at :data:`STEP_REACH`: ``-|d|`` (ALiBi) or
-    ``-d`` (``q - k``, transformer-xl) for ``d = k - q`` in ``[-STEP_REACH, STEP_REACH]``."""
-    d = range(-STEP_REACH, STEP_REACH + 1)
-    return tuple(-abs(i) for i in d) if negated_magnitude else tuple(-i for i in d)
+def step_magnitudes() -> tuple[int, ...]:
+    """The host vector for :func:`step_window` of ALiBi: ``-|d|`` for ``d = k - q`` in
+    ``[-STEP_REACH, STEP_REACH]`` (entry ``STEP_REACH + d``)."""
+    return tuple(-abs(d) for d in range(-STEP_REACH, STEP_REACH + 1))
 
 
 def pair_bounds(values: PairValues) -> tuple[int, int]:

@@ -26,7 +26,6 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -46,8 +45,9 @@ from ._row_tables import (
     pair_bounds,
     pair_reach,
     pair_values,
-    step_distances,
     step_entries,
+    step_magnitudes,
+    step_rows,
     step_window,
 )
 from .base import Ctx, Encoder
@@ -273,7 +273,7 @@ class ALiBi(RememberedBias):
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their -|k - q| is kept
         neg = None if values is None else step_window(
-            self, values, lambda: step_distances(True), cdt, ctx=ctx, like=q)
+            self, values, step_magnitudes, cdt, ctx=ctx, like=q)
         if neg is None:
             neg = negated() if values is None else kept_pairs(
                 self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
@@ -389,23 +389,9 @@ class TransformerXL(RememberedEmbedding):
 
     def _kept_distances(self, q: Any, k: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """Eager integer ``q``, ``k``: the rows at ``q - k`` of a table of the distances
-        ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``; None where
-        no table serves them."""
-        xp = ctx.xp
-        distances = functools.partial(pair_difference, q, k, xp=xp, trailing=False)  # q - k
-        values = pair_values(q, k, ctx=ctx)
-        if values is not None:  # short eager positions: their distances are kept
-            rel = step_window(self, values, lambda: step_distances(False), q.dtype, ctx=ctx,
-                              like=q)  # a decode step: a slice
-            if rel is None:
-                rel = kept_pairs(self, "distances", values, ctx=ctx, build=distances)
-            bounds = pair_bounds(values)
-        else:
-            qb = index_bounds(q, ctx=ctx)
-            kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
-            if qb is None or kb is None:
-                return None
-            rel, bounds = distances(), (qb[0] - kb[1], qb[1] - kb[0])
+        ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``, or a decode
+        step's slice of a table of rows by distance; None where no table serves them."""
+        xp, width = ctx.xp, int(self._values["dim"])
 
         def build(d: Any) -> Any:  # one angle per distance, as _embed computes each pair's
             if ctx.has_float64:
@@ -413,9 +399,24 @@ class TransformerXL(RememberedEmbedding):
             cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
             return xp.concat((sin, cos), axis=-1)
 
-        return kept_rows(self, "distances", rel, bounds=bounds,
-                         width=int(self._values["dim"]), ctx=ctx, dtype=dtype, build=build,
-                         centered=True)
+        values = pair_values(q, k, ctx=ctx)
+        if values is not None:  # short eager positions: a decode step's rows, or kept distances
+            rows = step_rows(self, "distances", values, width=width, ctx=ctx, dtype=dtype,
+                             build=lambda d: build(-d), like=q)  # (q - k = -d)
+            if rows is not None:
+                return rows
+            rel = kept_pairs(self, "distances", values, ctx=ctx,
+                             build=lambda: pair_difference(q, k, xp=xp, trailing=False))
+            bounds = pair_bounds(values)
+        else:
+            qb = index_bounds(q, ctx=ctx)
+            kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
+            if qb is None or kb is None:
+                return None
+            rel = pair_difference(q, k, xp=xp, trailing=False)  # q - k
+            bounds = (qb[0] - kb[1], qb[1] - kb[0])
+        return kept_rows(self, "distances", rel, bounds=bounds, width=width, ctx=ctx,
+                         dtype=dtype, build=build, centered=True)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in
