@@ -124,6 +124,7 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     # Of the positions' shapes, validation reads the number of axes and the leading ones (which
     # must broadcast), never the lengths Q and K: a decode step's keys, one more each step, keep
     # the signature. (Shapes as the arrays give them: tuples, or torch.Size, equal to its tuple.)
-    return (backend, type(q), q.dtype, q.ndim, q.shape[:-1], device, type(k), k.dtype, k.ndim,
-            k.shape[:-1], backend.device(k), params is None, described, dtype,
-            backend.wide_float_dtype(device), default)
+    qn, kn = q.ndim, k.ndim
+    return (backend, type(q), q.dtype, qn, () if qn == 1 else q.shape[:-1], device, type(k),
+            k.dtype, kn, () if kn == 1 else k.shape[:-1], backend.device(k), params is None,
+            described, dtype, backend.wide_float_dtype(device), default)
