@@ -210,8 +210,9 @@ def test_decode_steps_copy_slices_of_one_table(backend: Any,
         np.testing.assert_array_equal(backend.to_numpy(out), want)
         out[...] = 7.0  # the caller's own array
         np.testing.assert_array_equal(backend.to_numpy(enc.embed(a(q), a(k))), want)
-    width = 2 * _row_tables.STEP_REACH + 1
-    assert computed == [(width, 1)] and len(_step_tables()) == 1
+    # 1024 distances each way, grown once to STEP_REACH by the steps at the edges
+    assert computed == [(2049, 1), (2 * _row_tables.STEP_REACH + 1, 1)]
+    assert len(_step_tables()) == 1
     clear_caches()
     budget = SHARED.budget
     per.rope.set_table_cache_bytes(0)
@@ -221,7 +222,7 @@ def test_decode_steps_copy_slices_of_one_table(backend: Any,
         assert not _step_tables()
     finally:
         per.rope.set_table_cache_bytes(budget)
-    monkeypatch.setattr(_row_tables, "ROW_TABLE_BYTES", width * 8 * 8 - 1)  # one byte short
+    monkeypatch.setattr(_row_tables, "ROW_TABLE_BYTES", 2049 * 8 * 8 - 1)  # one byte short
     np.testing.assert_array_equal(backend.to_numpy(enc.embed(a(steps[2][0]), a(steps[2][1]))),
                                   wants[2])
     assert not _step_tables()

@@ -219,10 +219,12 @@ def _probe_cpu() -> Any:
 
 
 def bind_probe() -> _Probes:
-    """The :class:`_Probes`, kept from the first call made outside TorchDynamo (a global written
+    """The :class:`_Probes`, made once by the first call outside TorchDynamo (a global written
     while it traces costs a recompile); :func:`peregistry._lazy.bind_for_torch` binds it when an
     encoder is built, so that compiled code finds it bound."""
     global _probe
+    if _probe is not None:
+        return _probe
     probe = _Probes()
     if not probe.compiling():
         _probe = probe

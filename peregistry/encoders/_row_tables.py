@@ -8,7 +8,10 @@ least recently used first out, :func:`peregistry.rope.clear_caches`); only in ea
 arrays whose values are read without a device synchronization, and not on JAX, where each
 eager gather dispatches a program of its own while the computation runs as one. The relative
 encoders also keep what they derive from short query and key positions alone (buckets, table
-rows, distances), by the differences ``k - q`` of their values: :func:`kept_pairs`.
+rows, distances), by the differences ``k - q`` of their values (:func:`kept_pairs`, which
+pauses when nothing it kept serves a call), and serve a decoder's step (one query against
+consecutive keys) from a slice: of a vector per distance (:func:`step_window`), or a copy of
+one of a table of rows per distance (:func:`step_rows`).
 """
 
 from __future__ import annotations
@@ -149,32 +152,34 @@ def _step_start(values: PairValues) -> int | None:
 def step_rows(enc: Encoder, name: str, values: PairValues, *, width: int, ctx: Ctx,
               dtype: Any, build: Callable[[Any], Any], like: Any) -> Any | None:
     """A decode step's rows ``(1, K, width)`` of ``dtype`` (the one query against consecutive
-    keys): a copy of a slice of a table with one row per distance ``d = k - q`` in
-    ``[-STEP_REACH, STEP_REACH]``, row ``STEP_REACH + d`` being ``build(d)``'s (elementwise in
-    ``d``: the bits of computing), kept in the shared cache as :func:`kept_rows` keeps its
-    tables; None for other positions, inside a trace (``like``, an input, says), or where the
-    table would take more than :data:`ROW_TABLE_BYTES` or the cache's budget."""
+    keys): a copy of a slice of a table with one row per distance ``d = k - q`` in ``[-r, r]``,
+    row ``r + d`` being ``build(d)``'s (elementwise in ``d``: the bits of computing), kept in
+    the shared cache as :func:`kept_rows` keeps its tables; ``r`` is 1024, or the next power of
+    two the step reaches (at most :data:`STEP_REACH`), grown on first need. None for other
+    positions, inside a trace (``like``, an input, says), or where the table would take more
+    than :data:`ROW_TABLE_BYTES` or the cache's budget."""
     start = _step_start(values)
     if start is None or ctx.backend.is_tracing(like):
         return None
-    xp, n = ctx.xp, 2 * STEP_REACH + 1
+    n = len(values[1])
+    reach = max(STEP_REACH - start, start + n - 1 - STEP_REACH)  # the farthest |k - q|
     key = _Key((("step rows", name, type(enc), enc), device_key(ctx.device), dtype, ctx.wide))
     have = SHARED.get(key)
-    if have is None:
-        nbytes = n * width * (xp.finfo(dtype).bits // 8)
-        if max(nbytes, n * width * (xp.finfo(ctx.wide).bits // 8)) > min(ROW_TABLE_BYTES,
-                                                                          SHARED.budget):
+    table = None if have is None else have[0]
+    if table is None or table.shape[1] // 2 < reach:
+        xp, r = ctx.xp, 1 << max(10, (reach - 1).bit_length())
+        nbytes = (2 * r + 1) * width * (xp.finfo(dtype).bits // 8)
+        built = (2 * r + 1) * width * (xp.finfo(ctx.wide).bits // 8)
+        if max(nbytes, built) > min(ROW_TABLE_BYTES, SHARED.budget):
             return None
         with _delegation.cache_scope(xp):
-            d = xp.arange(-STEP_REACH, STEP_REACH + 1, dtype=_delegation.wide_int(xp),
-                          device=ctx.device)
-            table = xp.reshape(xp.astype(build(d), dtype), (1, n, width))
+            d = xp.arange(-r, r + 1, dtype=_delegation.wide_int(xp), device=ctx.device)
+            table = xp.reshape(xp.astype(build(d), dtype), (1, 2 * r + 1, width))
         if not _delegation.cacheable(table, ctx=ctx):
             return None
         SHARED.put(key, (table, None), nbytes)
-    else:
-        table = have[0]
-    return _delegation.fresh_copy(table[:, start:start + len(values[1])], xp=xp)
+    first = start - STEP_REACH + table.shape[1] // 2
+    return _delegation.fresh_copy(table[:, first:first + n], xp=ctx.xp)
 
 
 def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
@@ -240,7 +245,7 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
     if kept is None:
         kept = enc._cache["pairs"] = {}
     state = enc._cache.setdefault("pairs_state", [0, 0])  # [hits since cleared, calls to skip]
-    if state[1]:  # new differences on every call of late: neither looked up nor kept
+    if state[1] > 0:  # new differences on every call of late: neither looked up nor kept
         state[1] -= 1
         return build()
     key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation,
@@ -253,7 +258,7 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
         out = build()
     if SHARED.budget and _delegation.cacheable(out, ctx=ctx):
         if len(kept) >= PAIRS_KEPT:
-            kept.clear()  # (a full set that served no call: skip the next PAIRS_SKIPPED)
+            kept.clear()  # (and if the full set served no call, skip the next calls)
             state[:] = [0, 0 if state[0] else PAIRS_SKIPPED]
         kept[key] = out
     return out
