@@ -33,7 +33,7 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
 
 __all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIR_SIDE", "ROW_TABLE_BYTES",
            "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows",
-           "pair_bounds", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
+           "pair_bounds", "pair_operand", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
            "step_rows", "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).
@@ -93,27 +93,43 @@ def kept_rows(enc: Encoder, name: str, idx: Any, *, bounds: tuple[int, int], wid
     if (lo < 0 and not centered) or idx.ndim == 0:
         return None
     need = 2 * max(hi + 1, -lo) if centered else hi + 1
-    xp = ctx.xp
     key = _Key((("rows", name, type(enc), enc), device_key(ctx.device), dtype, ctx.wide))
     have = SHARED.get(key)
     table = None if have is None else have[0]
     if table is None or table.shape[0] < need:
-        n = 1 << max(10, (need - 1).bit_length())
-        nbytes = n * width * (xp.finfo(dtype).bits // 8)
-        built = n * width * (xp.finfo(ctx.wide).bits // 8)  # (computed in the wide dtype)
-        if max(nbytes, built) > min(ROW_TABLE_BYTES, SHARED.budget):  # (0: computed)
-            return None
-        with _delegation.cache_scope(xp):
+        xp, n = ctx.xp, 1 << max(10, (need - 1).bit_length())
+
+        def make() -> Any:
             i = xp.arange(n, dtype=_delegation.wide_int(xp), device=ctx.device)
-            table = build((i + n // 2) % n - n // 2 if centered else i)
-            if table.dtype != dtype:
-                table = xp.astype(table, dtype)
-        if not _delegation.cacheable(table, ctx=ctx):
+            return build((i + n // 2) % n - n // 2 if centered else i)
+
+        table = _make_table(key, rows=n, width=width, ctx=ctx, dtype=dtype, make=make)
+        if table is None:
             return None
-        SHARED.put(key, (table, None), nbytes)
     if centered:
         return _delegation.take_wrapped(table, idx, ctx=ctx)
     return ctx.backend.take(table, idx, axis=0)
+
+
+def _make_table(key: _Key, *, rows: int, width: int, ctx: Ctx, dtype: Any,
+                make: Callable[[], Any]) -> Any | None:
+    """``make()`` (``rows`` rows of ``width``, computed in the wide dtype) cast to ``dtype``
+    and kept in the shared cache under ``key``. None, and the caller computes, where the
+    table or its computation would take more than :data:`ROW_TABLE_BYTES` or the cache's
+    budget (0: tables off), or it could not be kept (a trace, a torch inference tensor)."""
+    xp = ctx.xp
+    nbytes = rows * width * (xp.finfo(dtype).bits // 8)
+    built = rows * width * (xp.finfo(ctx.wide).bits // 8)
+    if max(nbytes, built) > min(ROW_TABLE_BYTES, SHARED.budget):
+        return None
+    with _delegation.cache_scope(xp):
+        table = make()
+        if table.dtype != dtype:
+            table = xp.astype(table, dtype)
+    if not _delegation.cacheable(table, ctx=ctx):
+        return None
+    SHARED.put(key, (table, None), nbytes)
+    return table
 
 
 def pair_values(q: Any, k: Any, *, ctx: Ctx) -> PairValues | None:
@@ -168,16 +184,14 @@ def step_rows(enc: Encoder, name: str, values: PairValues, *, width: int, ctx: C
     table = None if have is None else have[0]
     if table is None or table.shape[1] // 2 < reach:
         xp, r = ctx.xp, 1 << max(10, (reach - 1).bit_length())
-        nbytes = (2 * r + 1) * width * (xp.finfo(dtype).bits // 8)
-        built = (2 * r + 1) * width * (xp.finfo(ctx.wide).bits // 8)
-        if max(nbytes, built) > min(ROW_TABLE_BYTES, SHARED.budget):
-            return None
-        with _delegation.cache_scope(xp):
+
+        def make() -> Any:
             d = xp.arange(-r, r + 1, dtype=_delegation.wide_int(xp), device=ctx.device)
-            table = xp.reshape(xp.astype(build(d), dtype), (1, 2 * r + 1, width))
-        if not _delegation.cacheable(table, ctx=ctx):
+            return xp.reshape(build(d), (1, 2 * r + 1, width))
+
+        table = _make_table(key, rows=2 * r + 1, width=width, ctx=ctx, dtype=dtype, make=make)
+        if table is None:
             return None
-        SHARED.put(key, (table, None), nbytes)
     first = start - STEP_REACH + table.shape[1] // 2
     return _delegation.fresh_copy(table[:, first:first + n], xp=ctx.xp)
 
@@ -196,6 +210,23 @@ def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[in
     vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=like,
                             shape=(1, 2 * STEP_REACH + 1))
     return vector[:, start:start + len(values[1])]
+
+
+def pair_operand(enc: Encoder, kind: str, values: PairValues | None, *,
+                 build: Callable[[], Any], ctx: Ctx, like: Any,
+                 step: Callable[[], tuple[int, ...]] | None = None, dtype: Any = None,
+                 extra: Hashable = None) -> Any:
+    """What a relative encoder derives from its positions alone (an index or an operand):
+    ``build()`` where their values were not read (``values`` None, from :func:`pair_values`);
+    for a decode step, a slice of the vector ``step()`` of ``dtype`` (:func:`step_window`)
+    where ``step`` is given; else what :func:`kept_pairs` keeps under ``kind`` and ``extra``."""
+    if values is None:
+        return build()
+    if step is not None:
+        out = step_window(enc, values, step, dtype, ctx=ctx, like=like)
+        if out is not None:
+            return out
+    return kept_pairs(enc, kind, values, ctx=ctx, build=build, extra=extra)
 
 
 def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
@@ -43,12 +43,12 @@ from ._row_tables import (
     kept_pairs,
     kept_rows,
     pair_bounds,
+    pair_operand,
     pair_reach,
     pair_values,
     step_entries,
     step_magnitudes,
     step_rows,
-    step_window,
 )
 from .base import Ctx, Encoder
 from .learned_params import LearnedParams
@@ -149,11 +149,10 @@ class T5Bias(LearnedParams, RememberedBias):
             few = size_of(idx) <= 2 * m + 1
             buckets = gather(lut, idx, axis=0, ctx=ctx) if few else None
         elif few := len(values[0]) * len(values[1]) <= 2 * m + 1:
-            if len(values[0]) == 1:  # one query: a decode step's slice, if it is one
-                buckets = self._step_buckets(q, values, ctx=ctx)
-            if buckets is None:
-                buckets = kept_pairs(self, "buckets", values, ctx=ctx,
-                                     build=lambda: self._pair_buckets(q, k, values, ctx=ctx))
+            buckets = pair_operand(  # (one query: a decode step's slice, if it is one)
+                self, "buckets", values, build=lambda: self._pair_buckets(q, k, values, ctx=ctx),
+                step=self._bucket_vector() if len(values[0]) == 1 else None,
+                dtype=index_dtype(ctx), ctx=ctx, like=q)
         else:
             idx = kept_pairs(self, "lookup", values, ctx=ctx,
                              build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
@@ -169,16 +168,13 @@ class T5Bias(LearnedParams, RememberedBias):
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
 
-    def _step_buckets(self, q: Any, values: PairValues, *, ctx: Ctx) -> Any | None:
-        """A decode step's buckets ``(1, K)`` (the one query against consecutive keys): a slice
-        of the bucket of each clipped distance in ``[-STEP_REACH, STEP_REACH]``, with this class's
-        :meth:`_lut_index` only; None otherwise."""
+    def _bucket_vector(self) -> Callable[[], tuple[int, ...]] | None:
+        """The bucket of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode
+        step's slice), made on first need, with this class's :meth:`_lut_index` only."""
         if type(self)._lut_index is not T5Bias._lut_index:
             return None
         m, lut = int(self._values["max_distance"]), self._cache["lut"]
-        return step_window(self, values, lambda: step_entries(
-            self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m]), index_dtype(ctx),
-            ctx=ctx, like=q)
+        return lambda: step_entries(self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m])
 
     def _pair_buckets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
         """The bucket of each pair of short eager positions (``values`` read from them),
@@ -271,12 +267,8 @@ class ALiBi(RememberedBias):
             d = int_distance(q, k, index_dtype(ctx), xp=xp)
             return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
 
-        values = pair_values(q, k, ctx=ctx)  # short eager positions: their -|k - q| is kept
-        neg = None if values is None else step_window(
-            self, values, step_magnitudes, cdt, ctx=ctx, like=q)
-        if neg is None:
-            neg = negated() if values is None else kept_pairs(
-                self, "negated distances", values, ctx=ctx, build=negated, extra=cdt)
+        neg = pair_operand(self, "negated distances", pair_values(q, k, ctx=ctx), build=negated,
+                           step=step_magnitudes, dtype=cdt, extra=cdt, ctx=ctx, like=q)
         m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return neg * m
@@ -310,12 +302,9 @@ class Shaw(LearnedParams, RememberedEmbedding):
                     else clip_int(d, m, xp=ctx.xp)) + m
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
-        idx = None if values is None else step_window(  # (a decode step)
-            self, values, lambda: step_entries(self, "step_rows", lambda d: min(max(d, -m), m) + m),
-            index_dtype(ctx), ctx=ctx, like=q)
-        if idx is None:
-            idx = rows() if values is None else kept_pairs(self, "rows", values, ctx=ctx,
-                                                           build=rows)
+        idx = pair_operand(self, "rows", values, build=rows, step=lambda: step_entries(
+            self, "step_rows", lambda d: min(max(d, -m), m) + m), dtype=index_dtype(ctx),
+            ctx=ctx, like=q)
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 

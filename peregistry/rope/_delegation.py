@@ -175,10 +175,10 @@ def cache_scope(xp: Any) -> AbstractContextManager[Any]:
 
 def fresh_copy(x: Any, *, xp: Any) -> Any:
     """A copy of ``x`` that shares no memory with it (of what a cache keeps, to hand out)."""
-    name = getattr(xp, "__name__", None)
-    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
-        return x.copy() if name in _NUMPY_NAMES else x.clone()  # (a third less than asarray)
-    return xp.asarray(x, copy=True)
+    name = getattr(xp, "__name__", None)  # (the framework's own copy: a third less than asarray)
+    if name in _TORCH_NAMES:
+        return x.clone()
+    return x.copy() if name in _NUMPY_NAMES else xp.asarray(x, copy=True)
 
 
 def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
