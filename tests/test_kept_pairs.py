@@ -15,6 +15,7 @@ from conftest import BACKENDS
 
 import peregistry as per
 from peregistry.encoders import _row_tables, relative
+from peregistry.rope import _delegation
 
 #: (name, options, params?) of each built-in encoder that keeps pairs.
 SPECS = [
@@ -125,9 +126,11 @@ def test_kept_pairs_are_served_by_differences(backend: Any, name: str, options: 
     xp = backend.namespace()
     params = enc.init(xp, seed=3) if learned else None
     computed: list[Any] = []
-    real = relative.int_distance
+    real, looked_up = relative.int_distance, _delegation.take_differences
     monkeypatch.setattr(relative, "int_distance",
                         lambda q, k, idt, xp: computed.append(q.shape) or real(q, k, idt, xp=xp))
+    monkeypatch.setattr(_delegation, "take_differences",  # (T5's buckets of read positions)
+                        lambda v, q, k, ctx: computed.append(q.shape) or looked_up(v, q, k, ctx=ctx))
     for shift in (0, 5, 1000, -70):
         _call(enc, backend, params, np.arange(6) + shift, None)
     _call(enc, backend, params, np.arange(6) * 2, None)
@@ -186,6 +189,67 @@ def test_new_differences_on_every_call_pause_keeping(backend: Any) -> None:
     for i in range(2):
         _call(other, backend, None, np.array([0, 1]), keys(100 + i))
     assert len(_kept(other)) == 2
+
+
+def test_pauses_double_while_nothing_kept_serves(backend: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each further full set that served no call doubles the pause, up to PAIRS_SKIPPED_MOST;
+    a set that served a call ends the pausing (the next fruitless set pauses PAIRS_SKIPPED)."""
+    if not _keeps(backend):
+        pytest.skip(f"nothing is kept on {backend.name}")
+    monkeypatch.setattr(_row_tables, "PAIRS_KEPT", 2)
+    monkeypatch.setattr(_row_tables, "PAIRS_SKIPPED", 3)
+    monkeypatch.setattr(_row_tables, "PAIRS_SKIPPED_MOST", 10)
+    enc: Any = per.get_encoder("alibi", num_heads=2)
+    new, sizes = iter(range(2, 10**6)), []
+
+    def call(key: int | None = None) -> int:
+        """One call at new differences (or those of ``key``'s); what is kept after it."""
+        key = next(new) if key is None else key
+        _call(enc, backend, None, np.array([0, 1]), np.array([0, key]))
+        sizes.append(len(_kept(enc)))
+        return key
+
+    def pauses() -> list[int]:
+        """The calls that kept nothing after each dropped set: runs of one kept array between
+        full sets, less the call that dropped the set."""
+        runs, n = [], -1
+        for size in sizes:
+            if size == 1 and n >= 0:
+                n += 1
+            elif size == 2:
+                if n > 0:
+                    runs.append(n - 1)
+                n = 0
+        return runs
+
+    key = 0
+    while len(pauses()) < 4:
+        key = call()
+    assert sizes[-1] == 2
+    call(key)  # served by the set
+    while len(pauses()) < 6:
+        call()
+    assert pauses() == [3, 6, 10, 10, 0, 3]
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32])
+def test_narrow_positions_whose_differences_overflow_their_dtype(backend: Any,
+                                                                 dtype: Any) -> None:
+    """int16 positions 40000 apart (beyond int16): every bucket is the host's ``t5_bucket`` of
+    the exact difference, on the first call and on a remembered one; the table's rows are
+    distinct, so a wrapped difference would show."""
+    t5: Any = per.get_encoder("t5", num_heads=2, max_distance=40000)
+    xp = backend.namespace()
+    table = np.arange(64, dtype=np.float32).reshape(32, 2)
+    params = {"table": backend.from_numpy(table)}
+    q, k = np.array([-20000, 0, 7], dtype=dtype), np.array([20000, 5], dtype=dtype)
+    buckets = [[relative.t5_bucket(int(b) - int(a), max_distance=40000) for b in k] for a in q]
+    want = table[np.array(buckets)].transpose(2, 0, 1)
+    for _ in range(2):
+        got = t5.bias(backend.from_numpy(q), backend.from_numpy(k), params=params,
+                      dtype=xp.float32)
+        np.testing.assert_array_equal(backend.to_numpy(got), want)
 
 
 def test_what_nothing_is_kept_for(backend: Any) -> None:

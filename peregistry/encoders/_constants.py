@@ -24,9 +24,10 @@ def eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ctx
     """The host constant ``values`` (a tuple of numbers) as an array of ``dtype`` on the inputs'
     device, reshaped to ``shape`` if given: made once per backend, device and dtype in eager mode
     and kept in ``enc._cache[name]`` (a list turned into an array costs more than the rest of a
-    small call), never cached from inside a trace (``like``, an input of the call, says) nor as
-    a torch inference tensor (autograd may save it); at most 8 kept per constant."""
-    if ctx.backend.is_tracing(like):
+    small call), never cached from inside a trace (``like``, an input of the call, says; None
+    where the caller read the inputs' values, so that no trace holds them) nor as a torch
+    inference tensor (autograd may save it); at most 8 kept per constant."""
+    if like is not None and ctx.backend.is_tracing(like):
         out = ctx.constant(list(values), dtype)
         return out if shape is None else ctx.xp.reshape(out, shape)
     arrays: dict[Any, Any] = enc._cache.setdefault(name, {})

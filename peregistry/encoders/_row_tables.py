@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIR_SIDE", "ROW_TABLE_BYTES",
+__all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIRS_SKIPPED_MOST", "PAIR_SIDE", "ROW_TABLE_BYTES",
            "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows",
            "pair_bounds", "pair_operand", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
            "step_rows", "step_window"]
@@ -45,8 +45,10 @@ PAIR_SIDE = 64
 PAIRS_KEPT = 16
 
 #: The calls :func:`kept_pairs` neither looks up nor keeps after :data:`PAIRS_KEPT` arrays were
-#: kept and dropped without serving a call (positions of new differences on every call).
+#: kept and dropped without serving a call (positions of new differences on every call); each
+#: further such set doubles the pause, up to :data:`PAIRS_SKIPPED_MOST` calls.
 PAIRS_SKIPPED = 64
+PAIRS_SKIPPED_MOST = 4096
 
 #: The distances ``|k - q|`` of a decode step that the vectors of :func:`step_entries` and
 #: :func:`step_magnitudes` and the tables of :func:`step_rows` cover (8193 entries or rows).
@@ -197,23 +199,23 @@ def step_rows(enc: Encoder, name: str, values: PairValues, *, width: int, ctx: C
 
 
 def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
-                dtype: Any, *, ctx: Ctx, like: Any) -> Any | None:
+                dtype: Any, *, ctx: Ctx) -> Any | None:
     """A decode step's entries ``(1, K)``: where ``values`` are one query position against
     ``K`` consecutive keys at distances ``k - q = s .. s + K - 1``, a slice (no operation per
     element) of the vector ``entries()`` (entry ``STEP_REACH + d`` for the distance ``d``,
     made by :func:`step_entries` or :func:`step_magnitudes`), kept as a ``(1, 2·STEP_REACH + 1)``
-    array of ``dtype`` in ``enc._cache`` (:func:`.eager_constant`; ``like``, an input of the
-    call, says whether it is traced); None for other positions or distances beyond the reach."""
+    array of ``dtype`` in ``enc._cache`` (:func:`.eager_constant`: no trace holds positions whose
+    values were read); None for other positions or distances beyond the reach."""
     start = _step_start(values)
     if start is None:
         return None
-    vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=like,
+    vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=None,
                             shape=(1, 2 * STEP_REACH + 1))
     return vector[:, start:start + len(values[1])]
 
 
 def pair_operand(enc: Encoder, kind: str, values: PairValues | None, *,
-                 build: Callable[[], Any], ctx: Ctx, like: Any,
+                 build: Callable[[], Any], ctx: Ctx,
                  step: Callable[[], tuple[int, ...]] | None = None, dtype: Any = None,
                  extra: Hashable = None) -> Any:
     """What a relative encoder derives from its positions alone (an index or an operand):
@@ -223,7 +225,7 @@ def pair_operand(enc: Encoder, kind: str, values: PairValues | None, *,
     if values is None:
         return build()
     if step is not None:
-        out = step_window(enc, values, step, dtype, ctx=ctx, like=like)
+        out = step_window(enc, values, step, dtype, ctx=ctx)
         if out is not None:
             return out
     return kept_pairs(enc, kind, values, ctx=ctx, build=build, extra=extra)
@@ -253,8 +255,10 @@ def pair_bounds(values: PairValues) -> tuple[int, int]:
 
 def pair_reach(values: PairValues) -> int:
     """The largest ``|k_j - q_i|`` of the positions ``values`` (from :func:`pair_values`)."""
-    low, high = pair_bounds(values)
-    return max(high, -low)
+    qv, kv = values
+    if qv is kv:  # (a self-attention's positions: one array, read once)
+        return max(qv) - min(qv)
+    return max(max(qv) - min(kv), max(kv) - min(qv))
 
 
 def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: Callable[[], Any],
@@ -267,18 +271,22 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
     the gather of the learned values (which change). Callers never hand out what is kept (it
     is an index or an operand). At most :data:`PAIRS_KEPT` per encoder, all dropped when full;
     when a full set served no call (new differences on every call), the next
-    :data:`PAIRS_SKIPPED` calls build without looking up or keeping (~3 µs each on torch).
+    :data:`PAIRS_SKIPPED` calls build without looking up or keeping (~3 µs each on torch),
+    twice as many after each further such set (at most :data:`PAIRS_SKIPPED_MOST`), and again
+    :data:`PAIRS_SKIPPED` after a set that served a call.
     Like the tables of positions, nothing is kept with their budget at 0, and
     :func:`peregistry.rope.clear_caches` (or any table leaving the shared cache) ends what is
     kept (the key holds the shared cache's generation); nothing made inside a torch.func
     transform is kept."""
+    state = enc._cache.get("pairs_state")  # [hits since cleared, calls to skip, last pause]
+    if state is None:
+        state = enc._cache["pairs_state"] = [0, 0, 0]
+    elif state[1] > 0:  # new differences on every call of late: neither looked up nor kept
+        state[1] -= 1
+        return build()
     kept: dict[Hashable, Any] | None = enc._cache.get("pairs")
     if kept is None:
         kept = enc._cache["pairs"] = {}
-    state = enc._cache.setdefault("pairs_state", [0, 0])  # [hits since cleared, calls to skip]
-    if state[1] > 0:  # new differences on every call of late: neither looked up nor kept
-        state[1] -= 1
-        return build()
     key = (kind, ctx.backend.name, device_key(ctx.device), extra, SHARED.generation,
            _differences(values))
     out = kept.get(key)
@@ -290,6 +298,7 @@ def kept_pairs(enc: Encoder, kind: str, values: PairValues, *, ctx: Ctx, build: 
     if SHARED.budget and _delegation.cacheable(out, ctx=ctx):
         if len(kept) >= PAIRS_KEPT:
             kept.clear()  # (and if the full set served no call, skip the next calls)
-            state[:] = [0, 0 if state[0] else PAIRS_SKIPPED]
+            pause = 0 if state[0] else min(max(2 * state[2], PAIRS_SKIPPED), PAIRS_SKIPPED_MOST)
+            state[:] = [0, pause, pause]
         kept[key] = out
     return out

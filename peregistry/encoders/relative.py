@@ -140,7 +140,7 @@ class T5Bias(LearnedParams, RememberedBias):
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
-        table = xp.permute_dims(params["table"], (1, 0))  # (H, num_buckets)
+        table = params["table"].T  # (H, num_buckets); the standard's 2-D transpose, a view
         m = int(self._values["max_distance"])
         buckets = idx = lut = None
         values = pair_values(q, k, ctx=ctx)  # short eager positions: what they decide is kept
@@ -152,7 +152,7 @@ class T5Bias(LearnedParams, RememberedBias):
             buckets = pair_operand(  # (one query: a decode step's slice, if it is one)
                 self, "buckets", values, build=lambda: self._pair_buckets(q, k, values, ctx=ctx),
                 step=self._bucket_vector() if len(values[0]) == 1 else None,
-                dtype=index_dtype(ctx), ctx=ctx, like=q)
+                dtype=index_dtype(ctx), ctx=ctx)
         else:
             idx = kept_pairs(self, "lookup", values, ctx=ctx,
                              build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
@@ -183,13 +183,13 @@ class T5Bias(LearnedParams, RememberedBias):
         laid out so that a negative distance counts from the end (two operations fewer)."""
         m = int(self._values["max_distance"])
         if type(self)._lut_index is T5Bias._lut_index and pair_reach(values) <= m:
-            d = int_distance(q, k, index_dtype(ctx), xp=ctx.xp)
             wrapped = self._cache.get("wrapped_lut")
             if wrapped is None:  # (from the table a subclass may have set after __init__)
                 lut = self._cache["lut"]
                 wrapped = self._cache["wrapped_lut"] = lut[m:] + lut[:m]
-            table = eager_constant(self, "wrapped_lut_arrays", wrapped, d.dtype, ctx=ctx, like=d)
-            return _delegation.take_wrapped(table, d, ctx=ctx)
+            table = eager_constant(self, "wrapped_lut_arrays", wrapped, index_dtype(ctx),
+                                   ctx=ctx, like=None)  # (values read: no trace)
+            return _delegation.take_differences(table, q, k, ctx=ctx)
         idx, lut = self._lut_indices(q, k, ctx=ctx)
         return gather(lut, idx, axis=0, ctx=ctx)
 
@@ -268,7 +268,7 @@ class ALiBi(RememberedBias):
             return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
 
         neg = pair_operand(self, "negated distances", pair_values(q, k, ctx=ctx), build=negated,
-                           step=step_magnitudes, dtype=cdt, extra=cdt, ctx=ctx, like=q)
+                           step=step_magnitudes, dtype=cdt, extra=cdt, ctx=ctx)
         m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
                             shape=(-1, 1, 1))
         return neg * m
@@ -303,8 +303,7 @@ class Shaw(LearnedParams, RememberedEmbedding):
 
         values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
         idx = pair_operand(self, "rows", values, build=rows, step=lambda: step_entries(
-            self, "step_rows", lambda d: min(max(d, -m), m) + m), dtype=index_dtype(ctx),
-            ctx=ctx, like=q)
+            self, "step_rows", lambda d: min(max(d, -m), m) + m), dtype=index_dtype(ctx), ctx=ctx)
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 

@@ -126,5 +126,6 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     # the signature. (Shapes as the arrays give them: tuples, or torch.Size, equal to its tuple.)
     qn, kn = q.ndim, k.ndim
     return (backend, type(q), q.dtype, qn, () if qn == 1 else q.shape[:-1], device, type(k),
-            k.dtype, kn, () if kn == 1 else k.shape[:-1], backend.device(k), params is None,
+            k.dtype, kn, () if kn == 1 else k.shape[:-1], device if k is q else backend.device(k),
+            params is None,
             described, dtype, backend.wide_float_dtype(device), default)

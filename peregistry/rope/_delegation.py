@@ -254,6 +254,23 @@ def take_wrapped(table: Any, idx: Any, *, ctx: Ctx) -> Any:
     return ctx.backend.take(table, idx % table.shape[0], axis=0)
 
 
+def take_differences(vector: Any, q: Any, k: Any, *, ctx: Ctx) -> Any:
+    """``vector[k_j - q_i]`` as ``(Q, K)``, for 1-D eager integer positions whose values were
+    read (:func:`short_ints`) and every difference within ``[-n, n)``, a negative one counting
+    from the end: the distances and one lookup. On NumPy and CPU torch two framework calls and a
+    reshape, without the generic path's dtype checks and dispatch (a small call's cost is its
+    count of calls); elsewhere the generic path, ``idx % n`` first."""
+    name = getattr(ctx.xp, "__name__", None)
+    if name in _TORCH_NAMES:
+        return _torch.take_differences(vector, q, k)
+    xp = ctx.xp
+    idt = vector.dtype if name in _NUMPY_NAMES else ctx.backend.index_dtype(ctx.device)
+    if q.dtype != idt or k.dtype != idt:
+        q, k = xp.astype(q, idt), xp.astype(k, idt)
+    d = k - xp.reshape(q, (-1, 1))
+    return ctx.backend.take(vector, d if name in _NUMPY_NAMES else d % vector.shape[0], axis=0)
+
+
 def rows_pay_off(xp: Any) -> bool:
     """Whether one decode position's row, sliced from a kept table, costs less than computing
     it: not on JAX, where each eager slice dispatches a program of its own while the
