@@ -206,6 +206,21 @@ def test_one_dimensional_take_equals_indexing(backend: Any) -> None:
                                       np.asarray([[10, 29, 13], [14, 14, 17]]))
 
 
+def test_flat_take_equals_numpy(backend: Any) -> None:
+    """``take(axis=None)``: the elements in row-major order, of a contiguous table and of a
+    transposed view, at N-d indices of each integer dtype (torch: one ``torch.take`` eagerly,
+    indexing of the flattened table elsewhere; the standard's ``take`` in the default)."""
+    xp = backend.namespace()
+    table = np.arange(24.0, dtype=np.float32).reshape(6, 4)
+    where = np.asarray([[[0, 23, 5], [4, 4, 17]], [[1, 2, 3], [22, 9, 0]]])
+    for dt in ("int64", "int32", "uint8"):
+        idx = backend.from_numpy(where.astype(dt))
+        for t, want in ((backend.from_numpy(table), table),
+                        (xp.permute_dims(backend.from_numpy(table), (1, 0)), table.T)):
+            got = backend.take(t, idx, axis=None)
+            np.testing.assert_array_equal(_np(backend, got), np.take(want, where))
+
+
 def test_eager_contexts_are_shared(backend: Any) -> None:
     from peregistry.encoders.context import make_context
 

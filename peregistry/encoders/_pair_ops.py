@@ -1,8 +1,8 @@
 """The integer operations of the built-in relative encoders (``peregistry/encoders/relative.py``),
 each written with as few framework calls as the namespace allows: a small call's cost is its
-count of calls (issue 17); and T5's bucket of one distance, on the host (``t5_bucket``, exported
-by ``relative``). :func:`peregistry.encoders.pairs.distance` is the plugin API's plain form of
-:func:`int_distance`.
+count of calls (issue 17); and, on the host, T5's bucket of one distance (``t5_bucket``) and
+ALiBi's slopes (``alibi_slopes``), both exported by ``relative``.
+:func:`peregistry.encoders.pairs.distance` is the plugin API's plain form of :func:`int_distance`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
-__all__ = ["as_dtype", "clip_int", "int_distance", "pair_difference", "size_of", "t5_bucket"]
+__all__ = ["alibi_slopes", "as_dtype", "clip_int", "int_distance", "pair_difference", "size_of",
+           "t5_bucket"]
 
 
 def as_dtype(a: Any, dtype: Any, *, xp: Any) -> Any:
@@ -95,3 +96,22 @@ def t5_bucket(relative_position: int, *, bidirectional: bool = True, num_buckets
     v = _f32(_f32(_f32(math.log(r)) / _f32(math.log(max_distance / max_exact)))
              * _f32(float(nb - max_exact)))
     return ret + min(max_exact + int(v), nb - 1)
+
+
+def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
+    """Head slopes of ALiBi (Press et al. 2022, §3), as the paper's reference ``get_slopes``.
+
+    For ``n`` a power of two: the geometric sequence ``r, r², …, rⁿ`` with ``r = 2^(-B/n)``,
+    ``B = max_bias`` (8 in the paper; ``n = 8``: ``1/2, 1/4, …, 1/256``). Otherwise, with ``p``
+    the largest power of two below ``n``: the ``p`` slopes of ``p`` heads, then every other slope
+    of ``2p`` heads (``2^(-B/2p)^(1, 3, 5, …)``) for the remaining ``n - p`` heads.
+    """
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** -(max_bias / n)  # B/n and 8/n are exact: n is a power of two
+        return [start * start**i for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        return power_of_2(num_heads)
+    p = 2 ** math.floor(math.log2(num_heads))
+    return power_of_2(p) + alibi_slopes(2 * p, max_bias)[0::2][: num_heads - p]

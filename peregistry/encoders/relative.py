@@ -35,7 +35,15 @@ from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ._angles import Frequencies, cos_sin
 from ._constants import eager_constant
-from ._pair_ops import as_dtype, clip_int, int_distance, pair_difference, size_of, t5_bucket
+from ._pair_ops import (
+    alibi_slopes,
+    as_dtype,
+    clip_int,
+    int_distance,
+    pair_difference,
+    size_of,
+    t5_bucket,
+)
 from ._row_tables import (
     PairValues,
     index_bounds,
@@ -140,58 +148,81 @@ class T5Bias(LearnedParams, RememberedBias):
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
-        table = params["table"].T  # (H, num_buckets); the standard's 2-D transpose, a view
         m = int(self._values["max_distance"])
-        buckets = idx = lut = None
+        offsets = idx = lut = None
         values = pair_values(q, k, ctx=ctx)  # short eager positions: what they decide is kept
         if values is None:
             idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
             few = size_of(idx) <= 2 * m + 1
-            buckets = gather(lut, idx, axis=0, ctx=ctx) if few else None
+            offsets = gather(self._offset_arrays(idx.dtype, ctx=ctx, like=idx), idx, axis=0,
+                             ctx=ctx) if few else None
         elif few := len(values[0]) * len(values[1]) <= 2 * m + 1:
-            buckets = pair_operand(  # (one query: a decode step's slice, if it is one)
-                self, "buckets", values, build=lambda: self._pair_buckets(q, k, values, ctx=ctx),
-                step=self._bucket_vector() if len(values[0]) == 1 else None,
+            offsets = pair_operand(  # (one query: a decode step's slice, if it is one)
+                self, "row offsets", values, build=lambda: self._pair_offsets(q, k, values, ctx=ctx),
+                step=self._offset_vector() if len(values[0]) == 1 else None,
                 dtype=index_dtype(ctx), ctx=ctx)
         else:
             idx = kept_pairs(self, "lookup", values, ctx=ctx,
                              build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
             lut = eager_constant(self, "lut_arrays", self._cache["lut"], idx.dtype, ctx=ctx,
                                  like=idx)
-        # Few pairs: each pair's bucket, then its bias. Many: the bias of each clipped distance
-        # (H, 2M+1), then one gather per pair. (Every path of a size gathers alike, so the
-        # gradient sums the same terms in the same order.)
-        out = (gather(table, buckets, axis=1, ctx=ctx) if few
-               else gather(gather(table, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx))
+        # Few pairs: the flat index of each pair's bias in the (num_buckets, H) table, its
+        # bucket's row offset plus the head, gathered in one operation. Many: the bias of each
+        # clipped distance (H, 2M+1), then one gather per pair. (Every path of a size gathers
+        # alike, so the gradient sums the same terms in the same order.)
+        if offsets is not None:
+            h = int(self._values["num_heads"])
+            heads = eager_constant(self, "head_arrays", range(h), offsets.dtype, ctx=ctx,
+                                   like=None if values else offsets, shape=(h, 1, 1))
+            if offsets.ndim != 2:
+                heads = xp.reshape(heads, (h, *(1,) * offsets.ndim))
+            out = ctx.backend.take(params["table"], offsets + heads, axis=None)
+        else:
+            out = gather(gather(params["table"].T, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
         nb = len(out.shape) - 3  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
 
-    def _bucket_vector(self) -> Callable[[], tuple[int, ...]] | None:
-        """The bucket of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode
+    def _row_offsets(self) -> tuple[int, ...]:
+        """The row offset (bucket x heads) in the flat table of each clipped distance's bucket
+        (the lookup table's entries, in its order), made on first need from the lookup table
+        (which a subclass may set after ``__init__``)."""
+        offsets: tuple[int, ...] | None = self._cache.get("row_offsets")
+        if offsets is None:
+            h = int(self._values["num_heads"])
+            offsets = self._cache["row_offsets"] = tuple(b * h for b in self._cache["lut"])
+        return offsets
+
+    def _offset_arrays(self, dtype: Any, *, ctx: Ctx, like: Any) -> Any:
+        return eager_constant(self, "row_offset_arrays", self._row_offsets(), dtype, ctx=ctx,
+                              like=like)
+
+    def _offset_vector(self) -> Callable[[], tuple[int, ...]] | None:
+        """The row offset of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode
         step's slice), made on first need, with this class's :meth:`_lut_index` only."""
         if type(self)._lut_index is not T5Bias._lut_index:
             return None
-        m, lut = int(self._values["max_distance"]), self._cache["lut"]
-        return lambda: step_entries(self, "step_buckets", lambda d: lut[min(max(d, -m), m) + m])
+        m = int(self._values["max_distance"])
+        return lambda: step_entries(self, "step_offsets",
+                                    lambda d: self._row_offsets()[min(max(d, -m), m) + m])
 
-    def _pair_buckets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
-        """The bucket of each pair of short eager positions (``values`` read from them),
+    def _pair_offsets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
+        """The row offset of each pair of short eager positions (``values`` read from them),
         ``(Q, K)``: where no distance reaches ``max_distance`` (nothing to clip) and
-        :meth:`_lut_index` is this class's, each distance's bucket read from the lookup table
-        laid out so that a negative distance counts from the end (two operations fewer)."""
+        :meth:`_lut_index` is this class's, each distance's offset read from a vector laid out
+        so that a negative distance counts from the end (two operations fewer)."""
         m = int(self._values["max_distance"])
         if type(self)._lut_index is T5Bias._lut_index and pair_reach(values) <= m:
-            wrapped = self._cache.get("wrapped_lut")
-            if wrapped is None:  # (from the table a subclass may have set after __init__)
-                lut = self._cache["lut"]
-                wrapped = self._cache["wrapped_lut"] = lut[m:] + lut[:m]
-            table = eager_constant(self, "wrapped_lut_arrays", wrapped, index_dtype(ctx),
+            wrapped = self._cache.get("wrapped_offsets")
+            if wrapped is None:
+                offsets = self._row_offsets()
+                wrapped = self._cache["wrapped_offsets"] = offsets[m:] + offsets[:m]
+            table = eager_constant(self, "wrapped_offset_arrays", wrapped, index_dtype(ctx),
                                    ctx=ctx, like=None)  # (values read: no trace)
             return _delegation.take_differences(table, q, k, ctx=ctx)
-        idx, lut = self._lut_indices(q, k, ctx=ctx)
-        return gather(lut, idx, axis=0, ctx=ctx)
+        idx = self._lut_indices(q, k, ctx=ctx)[0]
+        return gather(self._offset_arrays(idx.dtype, ctx=ctx, like=None), idx, axis=0, ctx=ctx)
 
     def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> tuple[Any, Any]:
         """The lookup index ``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, and
@@ -202,25 +233,6 @@ class T5Bias(LearnedParams, RememberedBias):
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------
-def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
-    """Head slopes of ALiBi (Press et al. 2022, §3), as the paper's reference ``get_slopes``.
-
-    For ``n`` a power of two: the geometric sequence ``r, r², …, rⁿ`` with ``r = 2^(-B/n)``,
-    ``B = max_bias`` (8 in the paper; ``n = 8``: ``1/2, 1/4, …, 1/256``). Otherwise, with ``p``
-    the largest power of two below ``n``: the ``p`` slopes of ``p`` heads, then every other slope
-    of ``2p`` heads (``2^(-B/2p)^(1, 3, 5, …)``) for the remaining ``n - p`` heads.
-    """
-
-    def power_of_2(n: int) -> list[float]:
-        start = 2.0 ** -(max_bias / n)  # B/n and 8/n are exact: n is a power of two
-        return [start * start**i for i in range(n)]
-
-    if math.log2(num_heads).is_integer():
-        return power_of_2(num_heads)
-    p = 2 ** math.floor(math.log2(num_heads))
-    return power_of_2(p) + alibi_slopes(2 * p, max_bias)[0::2][: num_heads - p]
-
-
 class ALiBi(RememberedBias):
     """ALiBi linear biases: ``bias[..., h, i, j] = -m_h · |q_i - k_j|`` (Press et al. 2022).
 
