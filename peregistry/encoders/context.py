@@ -58,15 +58,17 @@ def run_hook(enc: Any, hook: str, ctx: Ctx, *arrays: Any, params: Any,
     computation after validation. The one dispatch to a framework: on eager JAX, a hook whose
     class declares ``_compile_hook_eagerly`` runs as one compiled program per shape, with the
     bits of running it op by op (:mod:`peregistry._jax_eager`)."""
-    static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
     if is_jax_namespace(ctx.xp) and (
             dtype is _NO_DTYPE or dtype in (ctx.xp.float32, ctx.xp.float64)):
         from .._jax_eager import compiled_hook
 
+        static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
         out = compiled_hook(enc, hook, arrays, {"params": dict(params)}, **static)
         if out is not None:
             return out
-    return getattr(enc, hook)(*arrays, params=params, ctx=ctx, **static)
+    if dtype is _NO_DTYPE:
+        return getattr(enc, hook)(*arrays, params=params, ctx=ctx)
+    return getattr(enc, hook)(*arrays, params=params, ctx=ctx, dtype=dtype)
 
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
