@@ -392,7 +392,8 @@ def section_load(reps: int, threads: int) -> None:
 
     torch.set_num_threads(threads)
     others = max((os.cpu_count() or 2) - 1, 1)
-    # What docs/benchmarks.md says to set on a shared CPU: one torch thread per core not taken.
+    # What docs/benchmarks.md says to set on a shared CPU: one torch thread per core not taken
+    # (the load takes all cores but one here, so one thread).
     mine = max(min(threads, (os.cpu_count() or 2) - others), 1)
     print(f"shared CPU: {threads} torch threads, PEREGISTRY_NATIVE=0, {others} spinning "
           f"process(es) for the load; then {mine} thread(s), what the docs say to set")
@@ -401,8 +402,10 @@ def section_load(reps: int, threads: int) -> None:
         with busy_cores(others):
             load_o, load_b = interleaved([ours, base], reps)
             torch.set_num_threads(mine)
-            (set_o,) = interleaved([ours], reps)
-            torch.set_num_threads(threads)
+            try:
+                (set_o,) = interleaved([ours], reps)
+            finally:
+                torch.set_num_threads(threads)
         print(f"  {label}\n    idle {idle_o * 1e3:7.2f} ms ({idle_o / idle_b:4.1f}x clone); "
               f"loaded, {threads} threads {load_o * 1e3:7.2f} ms: {load_o / idle_o:4.2f}x idle "
               f"(a clone: {load_b / idle_b:4.2f}x; for information)\n"

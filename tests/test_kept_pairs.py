@@ -129,7 +129,7 @@ def test_kept_pairs_are_served_by_differences(backend: Any, name: str, options: 
     real, looked_up = relative.int_distance, _delegation.take_differences
     monkeypatch.setattr(relative, "int_distance",
                         lambda q, k, idt, xp: computed.append(q.shape) or real(q, k, idt, xp=xp))
-    monkeypatch.setattr(_delegation, "take_differences",  # (T5's buckets of read positions)
+    monkeypatch.setattr(_delegation, "take_differences",  # (T5's entries of read positions)
                         lambda v, q, k, ctx: computed.append(q.shape) or looked_up(v, q, k, ctx=ctx))
     for shift in (0, 5, 1000, -70):
         _call(enc, backend, params, np.arange(6) + shift, None)
@@ -404,6 +404,35 @@ def test_gradients_have_the_bits_of_computing(monkeypatch: pytest.MonkeyPatch) -
                 want = grad()
             for _ in range(2):  # kept, then served
                 torch.testing.assert_close(grad(), want, rtol=0, atol=0, msg=f"{name} {n}x{m_}")
+
+
+def test_t5_tables_gathered_flat_or_along_an_axis_agree() -> None:
+    """On torch, a plain tensor or parameter table is gathered flat (row offsets plus heads,
+    one ``torch.take``), a tensor subclass (a DTensor keeps its sharding so) along an axis:
+    the same bias bits and the same gradient values, few and many pairs, decode steps and
+    batched positions, kept and served."""
+    torch = _torch()
+
+    class Sub(torch.Tensor):
+        pass
+
+    enc: Any = per.get_encoder("t5", num_heads=3, num_buckets=8, max_distance=6)
+    base = enc.init(torch, seed=4)["table"]
+    cases = [(torch.arange(3), torch.arange(4)), (torch.arange(20), torch.arange(30)),
+             (torch.tensor([9]), torch.arange(10)), (torch.arange(6).reshape(2, 3), None)]
+    for q, k in cases * 2:  # (kept, then served)
+        k = q if k is None else k
+        outs, grads = [], []
+        for make in (lambda t: t, torch.nn.Parameter, lambda t: t.as_subclass(Sub)):
+            table = make(base.clone()).requires_grad_(True)
+            out = enc.bias(q, k, params={"table": table})
+            out.backward(torch.ones_like(out))
+            outs.append(out.detach().as_subclass(torch.Tensor))
+            grads.append(table.grad.as_subclass(torch.Tensor))
+        for other in outs[1:]:
+            torch.testing.assert_close(other, outs[0], rtol=0, atol=0)
+        for other in grads[1:]:
+            torch.testing.assert_close(other, grads[0], rtol=0, atol=0)
 
 
 def test_nothing_made_inside_torch_func_transforms_is_kept() -> None:

@@ -207,9 +207,12 @@ def test_one_dimensional_take_equals_indexing(backend: Any) -> None:
 
 
 def test_flat_take_equals_numpy(backend: Any) -> None:
-    """``take(axis=None)``: the elements in row-major order, of a contiguous table and of a
-    transposed view, at N-d indices of each integer dtype (torch: one ``torch.take`` eagerly,
-    indexing of the flattened table elsewhere; the standard's ``take`` in the default)."""
+    """``take_flat``: the elements in row-major order, of a contiguous table and of a transposed
+    view, at N-d indices of each integer dtype (torch: one ``torch.take`` eagerly, indexing of
+    the flattened table under vmap; the standard's ``take`` elsewhere); gathered flat only on
+    torch, for its own tensors and parameters (T5: tests/test_kept_pairs.py)."""
+    from peregistry.rope import _delegation
+
     xp = backend.namespace()
     table = np.arange(24.0, dtype=np.float32).reshape(6, 4)
     where = np.asarray([[[0, 23, 5], [4, 4, 17]], [[1, 2, 3], [22, 9, 0]]])
@@ -217,8 +220,21 @@ def test_flat_take_equals_numpy(backend: Any) -> None:
         idx = backend.from_numpy(where.astype(dt))
         for t, want in ((backend.from_numpy(table), table),
                         (xp.permute_dims(backend.from_numpy(table), (1, 0)), table.T)):
-            got = backend.take(t, idx, axis=None)
+            got = _delegation.take_flat(t, idx, xp=xp)
             np.testing.assert_array_equal(_np(backend, got), np.take(want, where))
+    assert _delegation.gathers_flat(backend.from_numpy(table), xp=xp) == (backend.name == "torch")
+    if backend.name == "torch":
+        import torch
+
+        class Sub(torch.Tensor):
+            pass
+
+        t = torch.from_numpy(table)
+        assert _delegation.gathers_flat(torch.nn.Parameter(t), xp=xp)
+        assert not _delegation.gathers_flat(t.as_subclass(Sub), xp=xp)
+        idx = torch.from_numpy(where)
+        got = torch.func.vmap(lambda i: _delegation.take_flat(t, i, xp=xp))(idx)
+        np.testing.assert_array_equal(got.numpy(), np.take(table, where))
 
 
 def test_eager_contexts_are_shared(backend: Any) -> None:

@@ -188,17 +188,13 @@ class Backend:
         asynchronously return before it has, and a timing must wait. The default returns ``x``."""
         return x
 
-    def take(self, table: Any, idx: Any, *, axis: int | None) -> Any:
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
         """``table`` indexed along ``axis`` by an integer array ``idx`` of any shape:
         ``axis=0`` gives ``(*idx.shape, *table.shape[1:])``; ``axis=1`` (2-D tables) gives
-        ``(table.shape[0], *idx.shape)``; ``axis=None`` indexes the elements of ``table`` in
-        row-major order (NumPy's ``take``), giving ``idx.shape``. The standard's ``take``
-        accepts 1-D indices only, so the default flattens them and reshapes the result."""
+        ``(table.shape[0], *idx.shape)``. The standard's ``take`` accepts 1-D indices only,
+        so the default flattens them and reshapes the result."""
         xp = self.namespace()
         shape = tuple(idx.shape)
-        if axis is None:
-            flat = xp.take(xp.reshape(table, (-1,)), xp.reshape(idx, (-1,)), axis=0)
-            return xp.reshape(flat, shape)
         out = xp.take(table, xp.reshape(idx, (-1,)), axis=axis)
         if axis == 0:
             return xp.reshape(out, (*shape, *table.shape[1:]))

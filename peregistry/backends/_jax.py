@@ -100,7 +100,7 @@ class JaxBackend(Backend):
 
         return jax.jit(fn)
 
-    def take(self, table: Any, idx: Any, *, axis: int | None) -> Any:
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
         """``jnp.take`` with N-d indices directly: flattening a sharded ``(batch, Q, K)`` index
         and reshaping back makes XLA's SPMD partitioner all-gather it."""
         import jax.numpy as jnp

@@ -50,7 +50,7 @@ class NumpyBackend(Backend):
             return dtype.kind == "f" and dtype.itemsize <= 8
         return super().is_float_dtype(dtype)
 
-    def take(self, table: Any, idx: Any, *, axis: int | None) -> Any:
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
         """``numpy.take`` takes N-d indices directly (no flatten and reshape)."""
         import numpy as np
 

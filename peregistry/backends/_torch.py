@@ -135,7 +135,7 @@ class TorchBackend(Backend):
         compiled = torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=counter)
         return compiled, lambda: int(counter.frame_count)
 
-    def take(self, table: Any, idx: Any, *, axis: int | None) -> Any:
+    def take(self, table: Any, idx: Any, *, axis: int) -> Any:
         """Advanced indexing with N-d indices: one op, where the standard's 1-D ``take`` needs a
         flatten, a ``take`` (array-api-compat's also normalizes negative indices) and a
         reshape; it matters for a decode step's gather of two table rows."""
@@ -143,15 +143,13 @@ class TorchBackend(Backend):
 
         if idx.dtype not in (torch.int64, torch.int32):  # uint8/bool would index as a mask
             idx = idx.to(torch.int64)
-        if ((axis is None or (axis == 0 and table.ndim == 1)) and idx.dtype == torch.int64
+        if (axis == 0 and table.ndim == 1 and idx.dtype == torch.int64
                 and type(table) is torch.Tensor and type(idx) is torch.Tensor
                 and torch._C._functorch.peek_interpreter_stack() is None
                 and not torch.compiler.is_compiling()):
-            # A lookup of the elements of plain eager tensors: a third of advanced indexing's
-            # cost (vmap has no batching rule for it, and warns)
+            # A 1-D lookup of plain eager tensors: a third of advanced indexing's cost (vmap
+            # has no batching rule for it, and warns)
             return torch.take(table, idx)
-        if axis is None:
-            return table.reshape(-1)[idx]
         return table[idx] if axis == 0 else table[:, idx]
 
     def is_tracing(self, x: Any) -> bool:

@@ -5,6 +5,7 @@ than the rest of a small call. Never kept from inside a trace, nor as a torch in
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
@@ -19,7 +20,7 @@ else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py
 __all__ = ["eager_constant"]
 
 
-def eager_constant(enc: Encoder, name: str, values: Any, dtype: Any, *, ctx: Ctx,
+def eager_constant(enc: Encoder, name: Hashable, values: Any, dtype: Any, *, ctx: Ctx,
                    like: Any, shape: tuple[int, ...] | None = None) -> Any:
     """The host constant ``values`` (a tuple of numbers) as an array of ``dtype`` on the inputs'
     device, reshaped to ``shape`` if given: made once per backend, device and dtype in eager mode

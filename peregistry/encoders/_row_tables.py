@@ -7,8 +7,8 @@ gather. The tables live in the process's cache of rotary position tables (its by
 least recently used first out, :func:`peregistry.rope.clear_caches`); only in eager mode, on
 arrays whose values are read without a device synchronization, and not on JAX, where each
 eager gather dispatches a program of its own while the computation runs as one. The relative
-encoders also keep what they derive from short query and key positions alone (buckets, table
-rows, distances), by the differences ``k - q`` of their values (:func:`kept_pairs`, which
+encoders also keep what they derive from short query and key positions alone (buckets or row
+offsets, table rows, distances), by the differences ``k - q`` of their values (:func:`kept_pairs`, which
 pauses when nothing it kept serves a call), and serve a decoder's step (one query against
 consecutive keys) from a slice: of a vector per distance (:func:`step_window`), or a copy of
 one of a table of rows per distance (:func:`step_rows`).
@@ -198,8 +198,8 @@ def step_rows(enc: Encoder, name: str, values: PairValues, *, width: int, ctx: C
     return _delegation.fresh_copy(table[:, first:first + n], xp=ctx.xp)
 
 
-def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[int, ...]],
-                dtype: Any, *, ctx: Ctx) -> Any | None:
+def step_window(enc: Encoder, kind: str, values: PairValues,
+                entries: Callable[[], tuple[int, ...]], dtype: Any, *, ctx: Ctx) -> Any | None:
     """A decode step's entries ``(1, K)``: where ``values`` are one query position against
     ``K`` consecutive keys at distances ``k - q = s .. s + K - 1``, a slice (no operation per
     element) of the vector ``entries()`` (entry ``STEP_REACH + d`` for the distance ``d``,
@@ -209,7 +209,7 @@ def step_window(enc: Encoder, values: PairValues, entries: Callable[[], tuple[in
     start = _step_start(values)
     if start is None:
         return None
-    vector = eager_constant(enc, "step_arrays", entries(), dtype, ctx=ctx, like=None,
+    vector = eager_constant(enc, ("step_arrays", kind), entries(), dtype, ctx=ctx, like=None,
                             shape=(1, 2 * STEP_REACH + 1))
     return vector[:, start:start + len(values[1])]
 
@@ -225,13 +225,13 @@ def pair_operand(enc: Encoder, kind: str, values: PairValues | None, *,
     if values is None:
         return build()
     if step is not None:
-        out = step_window(enc, values, step, dtype, ctx=ctx)
+        out = step_window(enc, kind, values, step, dtype, ctx=ctx)
         if out is not None:
             return out
     return kept_pairs(enc, kind, values, ctx=ctx, build=build, extra=extra)
 
 
-def step_entries(enc: Encoder, name: str, entry: Callable[[int], int]) -> tuple[int, ...]:
+def step_entries(enc: Encoder, name: Hashable, entry: Callable[[int], int]) -> tuple[int, ...]:
     """``entry(d)`` for each distance ``d`` in ``[-STEP_REACH, STEP_REACH]``, a host vector
     for :func:`step_window` made once per encoder (kept as ``enc._cache[name]``)."""
     kept: tuple[int, ...] | None = enc._cache.get(name)

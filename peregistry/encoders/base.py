@@ -9,7 +9,7 @@ hands a :class:`Ctx` to the subclass's private hook (``_encode``, ...), which co
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -96,7 +96,7 @@ class Encoder:
     _hash: int
     _services: Services
     #: Derived host constants (frequencies, ...): filled lazily, never part of identity.
-    _cache: dict[str, Any]
+    _cache: dict[Hashable, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -147,89 +147,91 @@ class T5Bias(LearnedParams, RememberedBias):
         return clip_int(as_dtype(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp = ctx.xp
+        xp, table = ctx.xp, params["table"]
         m = int(self._values["max_distance"])
-        offsets = idx = lut = None
+        # Few pairs: each pair's bias at its bucket in the transposed table or, gathered flat
+        # (torch), at its row offset (bucket x heads) plus each head, one take. Many: the bias
+        # of each clipped distance (H, 2M+1), then one gather per pair. (Every path of a size
+        # and framework gathers alike: the gradient sums the same terms in the same order.)
+        flat = _delegation.gathers_flat(table, xp=xp)
+        scale = int(self._values["num_heads"]) if flat else 1
+        entries: Any = None
+        idx: Any = None
         values = pair_values(q, k, ctx=ctx)  # short eager positions: what they decide is kept
         if values is None:
-            idx, lut = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
-            few = size_of(idx) <= 2 * m + 1
-            offsets = gather(self._offset_arrays(idx.dtype, ctx=ctx, like=idx), idx, axis=0,
-                             ctx=ctx) if few else None
-        elif few := len(values[0]) * len(values[1]) <= 2 * m + 1:
-            offsets = pair_operand(  # (one query: a decode step's slice, if it is one)
-                self, "row offsets", values, build=lambda: self._pair_offsets(q, k, values, ctx=ctx),
-                step=self._offset_vector() if len(values[0]) == 1 else None,
+            idx = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
+            if size_of(idx) <= 2 * m + 1:
+                entries = self._entries_at(idx, scale, ctx=ctx, like=idx)
+        elif len(values[0]) * len(values[1]) <= 2 * m + 1:
+            entries = pair_operand(  # (one query: a decode step's slice, if it is one)
+                self, "row offsets" if flat else "buckets", values,
+                build=lambda: self._pair_entries(q, k, values, scale, ctx=ctx),
+                step=self._entry_vector(scale) if len(values[0]) == 1 else None,
                 dtype=index_dtype(ctx), ctx=ctx)
         else:
             idx = kept_pairs(self, "lookup", values, ctx=ctx,
-                             build=lambda: self._lut_indices(q, k, ctx=ctx)[0])
-            lut = eager_constant(self, "lut_arrays", self._cache["lut"], idx.dtype, ctx=ctx,
+                             build=lambda: self._lut_indices(q, k, ctx=ctx))
+        if entries is None:
+            lut = eager_constant(self, ("lut_arrays", 1), self._entries(1), idx.dtype, ctx=ctx,
                                  like=idx)
-        # Few pairs: the flat index of each pair's bias in the (num_buckets, H) table, its
-        # bucket's row offset plus the head, gathered in one operation. Many: the bias of each
-        # clipped distance (H, 2M+1), then one gather per pair. (Every path of a size gathers
-        # alike, so the gradient sums the same terms in the same order.)
-        if offsets is not None:
-            h = int(self._values["num_heads"])
-            heads = eager_constant(self, "head_arrays", range(h), offsets.dtype, ctx=ctx,
-                                   like=None if values else offsets, shape=(h, 1, 1))
-            if offsets.ndim != 2:
-                heads = xp.reshape(heads, (h, *(1,) * offsets.ndim))
-            out = ctx.backend.take(params["table"], offsets + heads, axis=None)
+            out = gather(gather(table.T, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
+        elif flat:
+            heads = eager_constant(self, "head_arrays", range(scale), entries.dtype, ctx=ctx,
+                                   like=None if values else entries, shape=(scale, 1, 1))
+            if entries.ndim != 2:
+                heads = xp.reshape(heads, (scale, *(1,) * entries.ndim))
+            out = _delegation.take_flat(table, entries + heads, xp=xp)
         else:
-            out = gather(gather(params["table"].T, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
+            out = gather(table.T, entries, axis=1, ctx=ctx)
         nb = len(out.shape) - 3  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
 
-    def _row_offsets(self) -> tuple[int, ...]:
-        """The row offset (bucket x heads) in the flat table of each clipped distance's bucket
-        (the lookup table's entries, in its order), made on first need from the lookup table
-        (which a subclass may set after ``__init__``)."""
-        offsets: tuple[int, ...] | None = self._cache.get("row_offsets")
-        if offsets is None:
-            h = int(self._values["num_heads"])
-            offsets = self._cache["row_offsets"] = tuple(b * h for b in self._cache["lut"])
-        return offsets
+    def _entries(self, scale: int) -> tuple[int, ...]:
+        """The bucket of each clipped distance (the lookup table made at construction, or set
+        by a subclass after ``__init__``) times ``scale``: 1, or the heads (row offsets)."""
+        lut: tuple[int, ...] = self._cache["lut"]
+        if scale == 1:
+            return lut
+        kept: tuple[int, ...] | None = self._cache.get("row_offsets")
+        if kept is None:
+            kept = self._cache["row_offsets"] = tuple(b * scale for b in lut)
+        return kept
 
-    def _offset_arrays(self, dtype: Any, *, ctx: Ctx, like: Any) -> Any:
-        return eager_constant(self, "row_offset_arrays", self._row_offsets(), dtype, ctx=ctx,
-                              like=like)
+    def _entries_at(self, idx: Any, scale: int, *, ctx: Ctx, like: Any) -> Any:
+        lut = eager_constant(self, ("lut_arrays", scale), self._entries(scale), idx.dtype,
+                             ctx=ctx, like=like)
+        return gather(lut, idx, axis=0, ctx=ctx)
 
-    def _offset_vector(self) -> Callable[[], tuple[int, ...]] | None:
-        """The row offset of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode
-        step's slice), made on first need, with this class's :meth:`_lut_index` only."""
+    def _entry_vector(self, scale: int) -> Callable[[], tuple[int, ...]] | None:
+        """The entry of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode step's
+        slice), made on first need, with this class's :meth:`_lut_index` only."""
         if type(self)._lut_index is not T5Bias._lut_index:
             return None
         m = int(self._values["max_distance"])
-        return lambda: step_entries(self, "step_offsets",
-                                    lambda d: self._row_offsets()[min(max(d, -m), m) + m])
+        return lambda: step_entries(self, ("step_entries", scale),
+                                    lambda d: self._entries(scale)[min(max(d, -m), m) + m])
 
-    def _pair_offsets(self, q: Any, k: Any, values: PairValues, *, ctx: Ctx) -> Any:
-        """The row offset of each pair of short eager positions (``values`` read from them),
+    def _pair_entries(self, q: Any, k: Any, values: PairValues, scale: int, *, ctx: Ctx) -> Any:
+        """The entry of each pair of short eager positions (``values`` read from them),
         ``(Q, K)``: where no distance reaches ``max_distance`` (nothing to clip) and
-        :meth:`_lut_index` is this class's, each distance's offset read from a vector laid out
+        :meth:`_lut_index` is this class's, each distance's entry read from a vector laid out
         so that a negative distance counts from the end (two operations fewer)."""
         m = int(self._values["max_distance"])
         if type(self)._lut_index is T5Bias._lut_index and pair_reach(values) <= m:
-            wrapped = self._cache.get("wrapped_offsets")
+            wrapped = self._cache.get(("wrapped", scale))
             if wrapped is None:
-                offsets = self._row_offsets()
-                wrapped = self._cache["wrapped_offsets"] = offsets[m:] + offsets[:m]
-            table = eager_constant(self, "wrapped_offset_arrays", wrapped, index_dtype(ctx),
-                                   ctx=ctx, like=None)  # (values read: no trace)
-            return _delegation.take_differences(table, q, k, ctx=ctx)
-        idx = self._lut_indices(q, k, ctx=ctx)[0]
-        return gather(self._offset_arrays(idx.dtype, ctx=ctx, like=None), idx, axis=0, ctx=ctx)
+                entries = self._entries(scale)
+                wrapped = self._cache[("wrapped", scale)] = entries[m:] + entries[:m]
+            vector = eager_constant(self, ("wrapped_arrays", scale), wrapped, index_dtype(ctx),
+                                    ctx=ctx, like=None)  # (values read: no trace)
+            return _delegation.take_differences(vector, q, k, ctx=ctx)
+        return self._entries_at(self._lut_indices(q, k, ctx=ctx), scale, ctx=ctx, like=None)
 
-    def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> tuple[Any, Any]:
-        """The lookup index ``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, and
-        the bucket of each index (``(2M + 1,)``), both in the index dtype."""
-        idt = index_dtype(ctx)
-        idx = self._lut_index(int_distance(q, k, idt, xp=ctx.xp), ctx=ctx)
-        return idx, eager_constant(self, "lut_arrays", self._cache["lut"], idt, ctx=ctx, like=idx)
+    def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> Any:
+        """``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, in the index dtype."""
+        return self._lut_index(int_distance(q, k, index_dtype(ctx), xp=ctx.xp), ctx=ctx)
 
 
 # -- ALiBi ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._jax_eager import is_jax_namespace as _is_jax
 from .._jax_eager import is_tracer as _is_tracer
-from . import _jax, _torch
+from . import _jax, _torch, _torch_pairs
 from ._funcs import Layout, apply_rotation, full_width
 
 if TYPE_CHECKING:
@@ -263,13 +263,32 @@ def take_differences(vector: Any, q: Any, k: Any, *, ctx: Ctx) -> Any:
     count of calls); elsewhere the generic path, ``idx % n`` first."""
     name = getattr(ctx.xp, "__name__", None)
     if name in _TORCH_NAMES:
-        return _torch.take_differences(vector, q, k)
+        return _torch_pairs.take_differences(vector, q, k)
     xp = ctx.xp
     idt = vector.dtype if name in _NUMPY_NAMES else ctx.backend.index_dtype(ctx.device)
     if q.dtype != idt or k.dtype != idt:
         q, k = xp.astype(q, idt), xp.astype(k, idt)
     d = k - xp.reshape(q, (-1, 1))
     return ctx.backend.take(vector, d if name in _NUMPY_NAMES else d % vector.shape[0], axis=0)
+
+
+def gathers_flat(table: Any, *, xp: Any) -> bool:
+    """Whether a 2-D ``table`` is gathered at flat indices (``row · width + column``, one
+    ``take``) rather than along an axis: torch's own tensors, where ``torch.take`` costs a third
+    of advanced indexing. Not NumPy (the column offsets' addition costs what it saves), JAX
+    (flattening a table sharded by columns all-gathers it; compiled, the count of operations
+    matters little) nor a tensor subclass such as a DTensor (:func:`take_flat`)."""
+    return getattr(xp, "__name__", None) in _TORCH_NAMES and _torch_pairs.is_plain(table)
+
+
+def take_flat(table: Any, idx: Any, *, xp: Any) -> Any:
+    """The elements of ``table`` in row-major order at integer ``idx``, of shape ``idx.shape``:
+    torch's (where :func:`gathers_flat` says so); elsewhere the standard's ``take`` of the
+    flattened table."""
+    if getattr(xp, "__name__", None) in _TORCH_NAMES:
+        return _torch_pairs.take_flat(table, idx)
+    flat = xp.take(xp.reshape(table, (-1,)), xp.reshape(idx, (-1,)), axis=0)
+    return xp.reshape(flat, tuple(idx.shape))
 
 
 def rows_pay_off(xp: Any) -> bool:
@@ -357,7 +376,7 @@ def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
     ``clip`` (broadcasting and dtype checks: 11 µs on NumPy) and its ``where`` with a Python
     scalar (3–7 µs on torch) cost more than the arithmetic of a small call."""
     if getattr(xp, "__name__", None) in _TORCH_NAMES:  # _is_torch, inline: every T5 call
-        return _torch.clamp_int(d, low, high)
+        return _torch_pairs.clamp_int(d, low, high)
     if getattr(xp, "__name__", None) in _NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)
         import numpy as np
 

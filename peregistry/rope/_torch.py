@@ -115,23 +115,6 @@ def values_token(x: Any) -> int | None:
         return None
 
 
-def clamp_int(d: Any, low: int, high: int) -> Any:
-    """``torch.clamp`` of an integer tensor by Python ints: one kernel (traceable, and fine
-    under torch.func transforms)."""
-    return sys.modules["torch"].clamp(d, low, high)  # a dict read, not an import
-
-
-def take_differences(vector: Any, q: Any, k: Any) -> Any:
-    """``vector[k_j - q_i]`` of eager 1-D positions: ``torch.take`` (a third of advanced
-    indexing's cost) of the distances in int64 (narrower positions are widened first, so that no
-    difference wraps), negative ones counting from the end."""
-    torch = sys.modules["torch"]
-    wide = torch.int64
-    if q.dtype != wide or k.dtype != wide:
-        q, k = q.to(wide), k.to(wide)
-    return torch.take(vector, k - q.view(-1, 1))
-
-
 def int_bounds(x: Any) -> tuple[int, int] | None:
     """One pass (``aminmax``); torch stages nothing eagerly."""
     import torch
