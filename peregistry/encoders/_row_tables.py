@@ -8,10 +8,10 @@ least recently used first out, :func:`peregistry.rope.clear_caches`); only in ea
 arrays whose values are read without a device synchronization, and not on JAX, where each
 eager gather dispatches a program of its own while the computation runs as one. The relative
 encoders also keep what they derive from short query and key positions alone (buckets or row
-offsets, table rows, distances), by the differences ``k - q`` of their values (:func:`kept_pairs`, which
-pauses when nothing it kept serves a call), and serve a decoder's step (one query against
-consecutive keys) from a slice: of a vector per distance (:func:`step_window`), or a copy of
-one of a table of rows per distance (:func:`step_rows`).
+offsets, table rows, distances), by the differences ``k - q`` of their values
+(:func:`kept_pairs`, which pauses when nothing it kept serves a call), and serve a decoder's
+step (one query against consecutive keys) from a slice: of a vector per distance
+(:func:`step_window`), or a copy of one of a table of rows per distance (:func:`step_rows`).
 """
 
 from __future__ import annotations

@@ -149,10 +149,9 @@ class T5Bias(LearnedParams, RememberedBias):
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp, table = ctx.xp, params["table"]
         m = int(self._values["max_distance"])
-        # Few pairs: each pair's bias at its bucket in the transposed table or, gathered flat
-        # (torch), at its row offset (bucket x heads) plus each head, one take. Many: the bias
-        # of each clipped distance (H, 2M+1), then one gather per pair. (Every path of a size
-        # and framework gathers alike: the gradient sums the same terms in the same order.)
+        # Few pairs: each pair's bias at its bucket of the transposed table or (torch: one flat
+        # take) at its row offset (bucket x heads) plus each head. Many: the bias of each clipped
+        # distance (H, 2M+1), then one gather per pair. (Each path gathers alike, kept or not.)
         flat = _delegation.gathers_flat(table, xp=xp)
         scale = int(self._values["num_heads"]) if flat else 1
         entries: Any = None
@@ -200,6 +199,7 @@ class T5Bias(LearnedParams, RememberedBias):
         return kept
 
     def _entries_at(self, idx: Any, scale: int, *, ctx: Ctx, like: Any) -> Any:
+        """The entry (:meth:`_entries`) at each lookup index ``idx``."""
         lut = eager_constant(self, ("lut_arrays", scale), self._entries(scale), idx.dtype,
                              ctx=ctx, like=like)
         return gather(lut, idx, axis=0, ctx=ctx)
