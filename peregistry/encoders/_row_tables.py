@@ -209,7 +209,7 @@ def step_window(enc: Encoder, kind: str, values: PairValues,
     start = _step_start(values)
     if start is None:
         return None
-    vector = eager_constant(enc, ("step_arrays", kind), entries(), dtype, ctx=ctx, like=None,
+    vector = eager_constant(enc, ("step_arrays", kind), entries, dtype, ctx=ctx, like=None,
                             shape=(1, 2 * STEP_REACH + 1))
     return vector[:, start:start + len(values[1])]
 
