@@ -32,8 +32,8 @@ else:  # imported by the first call that needs it (peregistry/_lazy.py)
     _delegation = _lazy.delegation(globals())
 
 __all__ = ["PAIRS_KEPT", "PAIRS_SKIPPED", "PAIRS_SKIPPED_MOST", "PAIR_SIDE", "ROW_TABLE_BYTES",
-           "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows",
-           "pair_bounds", "pair_operand", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
+           "STEP_REACH", "index_bounds", "int_range", "kept_pairs", "kept_rows", "pair_bounds",
+           "pair_operand", "pair_reach", "pair_values", "step_entries", "step_magnitudes",
            "step_rows", "step_window"]
 
 #: The largest table kept per encoder, device and dtype (larger reaches are computed).

@@ -127,5 +127,4 @@ def _signature(enc: Encoder, q: Any, k: Any, params: Any, dtype: Any) -> tuple[A
     qn, kn = q.ndim, k.ndim
     return (backend, type(q), q.dtype, qn, () if qn == 1 else q.shape[:-1], device, type(k),
             k.dtype, kn, () if kn == 1 else k.shape[:-1], device if k is q else backend.device(k),
-            params is None,
-            described, dtype, backend.wide_float_dtype(device), default)
+            params is None, described, dtype, backend.wide_float_dtype(device), default)

@@ -258,18 +258,14 @@ def take_wrapped(table: Any, idx: Any, *, ctx: Ctx) -> Any:
 def take_differences(vector: Any, q: Any, k: Any, *, ctx: Ctx) -> Any:
     """``vector[k_j - q_i]`` as ``(Q, K)``, for 1-D eager integer positions whose values were
     read (:func:`short_ints`) and every difference within ``[-n, n)``, a negative one counting
-    from the end: the distances and one lookup. On NumPy and CPU torch two framework calls and a
-    reshape, without the generic path's dtype checks and dispatch (a small call's cost is its
-    count of calls); elsewhere the generic path, ``idx % n`` first."""
-    name = getattr(ctx.xp, "__name__", None)
-    if name in _TORCH_NAMES:
+    from the end: the distances and one lookup (:func:`take_wrapped`). On torch one dispatched
+    call of two torch operations (a small call's cost is its count of calls)."""
+    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
         return _torch_pairs.take_differences(vector, q, k)
-    xp = ctx.xp
-    idt = vector.dtype if name in _NUMPY_NAMES else ctx.backend.index_dtype(ctx.device)
-    if q.dtype != idt or k.dtype != idt:
+    xp, idt = ctx.xp, ctx.backend.index_dtype(ctx.device)
+    if q.dtype != idt or k.dtype != idt:  # (widened before the difference: none wraps)
         q, k = xp.astype(q, idt), xp.astype(k, idt)
-    d = k - xp.reshape(q, (-1, 1))
-    return ctx.backend.take(vector, d if name in _NUMPY_NAMES else d % vector.shape[0], axis=0)
+    return take_wrapped(vector, k - xp.reshape(q, (-1, 1)), ctx=ctx)
 
 
 def gathers_flat(table: Any, *, xp: Any) -> bool:
