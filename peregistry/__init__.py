@@ -17,15 +17,10 @@ from typing import Any
 
 from ._hooks import hookimpl, hookspec
 from ._options import Option
-from .encoders.base import (
-    AbsoluteEncoder,
-    BiasEncoder,
-    Encoder,
-    RelativeEmbedding,
-    RotaryEncoder,
-)
+from .encoders.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
 from .errors import EncoderNotFoundError, PluginConflictError, PluginError
 from .registry import EncoderInfo, PluginInfo, default_registry
+from .rope.encoder import RotaryEncoder
 
 __version__ = "0.1.0"
 
@@ -53,13 +48,9 @@ __all__ = [
 ]
 
 
-def get_encoder(name: str, /, **options: Any) -> Encoder:
-    """The encoder registered as ``name``, built with keyword-only ``options`` (validated now).
-
-    An unknown name raises :class:`EncoderNotFoundError` listing close matches and known names;
-    a name claimed by two plugins raises :class:`PluginConflictError` naming both.
-    """
-    return default_registry.get_encoder(name, **options)
+#: ``get_encoder(name, /, **options)``: the encoder registered as ``name`` in the default
+#: registry (:meth:`peregistry.registry.Registry.get_encoder`).
+get_encoder = default_registry.get_encoder
 
 
 def list_encoders() -> list[EncoderInfo]:

@@ -14,7 +14,7 @@ import _thread
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["compiled_call", "compiled_hook", "declares", "is_jax_namespace", "is_tracer"]
+__all__ = ["clear", "compiled_call", "compiled_hook", "declares", "is_jax_namespace", "is_tracer"]
 
 #: XLA options of the programs: no LLVM optimization, so no multiply-add contraction.
 EAGER_OPTIONS = {"xla_backend_optimization_level": 0}
@@ -95,6 +95,13 @@ def _committed(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
 def _call(fn: Callable[..., Any], arrays: tuple[Any, ...],
           static: tuple[tuple[str, Any], ...]) -> Any:
     return fn(*arrays, **dict(static))
+
+
+def clear() -> None:
+    """Drop the compiled programs (``peregistry.rope.clear_caches``): each lives in the cache of
+    its ``jax.jit`` function, which goes with it."""
+    with _lock:
+        _jitted.clear()
 
 
 def _jit(name: str, fn: Callable[..., Any], static: tuple[int, ...]) -> Callable[..., Any]:

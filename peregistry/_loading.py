@@ -99,11 +99,16 @@ def _raised(what: str, exc: BaseException) -> str:
 
 def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
     """Import and register every plugin of the entry point group; record each in ``plugins``
-    (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch)."""
-    from ._entry_points import entry_points
+    (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch), and each
+    distribution whose entry points cannot be read as an ``error`` under its name."""
+    from ._entry_points import Unreadable, entry_points
 
     seen: set[tuple[str, str]] = set()
+    unreadable = []
     for ep in entry_points(ENTRY_POINT_GROUP):
+        if isinstance(ep, Unreadable):
+            unreadable.append(ep)
+            continue
         dist, version = ep.dist_name, ep.dist_version
         norm = normalize_dist(dist) if dist else ""
         if (norm, ep.name) in seen:  # one distribution visible twice on sys.path
@@ -124,6 +129,14 @@ def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) 
             plugins[name] = PluginInfo(name, dist, version, "error", why)
             continue
         register_plugin(pm, plugin, PluginInfo(name, dist, version), plugins)
+    # Last, under a name no plugin has: a broken distribution named like a built-in entry
+    # point ("rotary") must not replace that plugin's record. The switches apply to it too.
+    for u in unreadable:
+        name = u.name if u.name not in plugins else f"{u.name} ({u.what})"
+        info = PluginInfo(name, u.name, None)
+        reason = _disabled_reason(normalize_dist(u.name), is_builtin(info))
+        plugins[name] = (PluginInfo(name, u.name, None, "disabled", reason) if reason is not None
+                         else failed(info, f"cannot read {u.what}: {describe(u.cause)}"))
 
 
 def register_plugin(pm: pluggy.PluginManager, plugin: object, info: PluginInfo,
@@ -186,7 +199,6 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
     """Every plugin's encoders, backends and rope scalings, checked; plugins whose hooks fail
     get an ``error`` record in the snapshot (``known`` is not changed)."""
     from ._records import Entry
-    from .encoders.base import check_encoder_class
 
     snap = Snapshot()
     plugins = dict(known)
@@ -209,6 +221,24 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
             e.plugin = plugins[e.plugin.name]
     snap.plugins = plugins
     return snap
+
+
+def check_encoder_class(obj: Any) -> str | None:
+    """Why ``obj`` is not a registrable encoder class, or None if it is."""
+    from .encoders._declaration import KINDS, check_defaults
+    from .encoders.base import Encoder
+
+    if not (isinstance(obj, type) and issubclass(obj, Encoder)):
+        return f"{obj!r}, not an Encoder subclass"
+    if not isinstance(obj.name, str) or not obj.name:
+        return f"{obj.__qualname__} without a name"
+    if obj.kind not in KINDS:
+        return f"{obj.__qualname__} of unknown kind {obj.kind!r} (kinds: {', '.join(KINDS)})"
+    try:  # checked at class definition too; again here for defaults changed since
+        check_defaults(obj)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def name_problem(name: str) -> str | None:

@@ -235,7 +235,9 @@ class Option:
             raise TypeError(
                 f"{owner}: option {self.name!r} must be {self.allowed}, got None"
             )
-        converted = self._convert_type(owner, value)
+        t = type(value)  # (an int or a str is canonical already: the usual case)
+        converted = value if t is self.type and (t is int or t is str) else self._convert_type(
+            owner, value)
         if self.choices is not None and converted not in self.choices:
             raise ValueError(
                 f"{owner}: option {self.name!r} must be {self.allowed}, got {value!r}"

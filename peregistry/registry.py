@@ -48,7 +48,8 @@ from ._records import (
     describe,
     is_builtin,
 )
-from ._services import set_default_services, use_services
+from ._services import _current as _current_services
+from ._services import set_default_services
 from .errors import EncoderNotFoundError, PluginConflictError, PluginError
 
 if TYPE_CHECKING:
@@ -167,11 +168,22 @@ class Registry:
         return entries[0].cls
 
     def get_encoder(self, name: str, /, **options: Any) -> Encoder:
-        """The encoder ``name`` with the given options, validated now. It looks backends,
-        scaling types and other encoders up in this registry (:attr:`Encoder.services`)."""
-        cls = self.encoder_class(name)
-        with use_services(self):
+        """The encoder registered as ``name``, built with keyword-only ``options`` (validated
+        now). It looks backends, scaling types and other encoders up in this registry
+        (:attr:`Encoder.services`).
+
+        An unknown name raises :class:`~peregistry.EncoderNotFoundError` listing close matches
+        and known names; a name claimed by two plugins raises
+        :class:`~peregistry.PluginConflictError` naming both.
+        """
+        snap = self._snapshot or self._snap()
+        entries = snap.encoders.get(name) if type(name) is str else None
+        cls = entries[0].cls if entries and len(entries) == 1 else self.encoder_class(name)
+        token = _current_services.set(self)  # (use_services, inline: every call)
+        try:
             return cls(**options)
+        finally:
+            _current_services.reset(token)
 
     def _not_found_message(self, name: str, snap: Snapshot) -> str:
         import difflib  # only for this error: ~0.7 ms at startup otherwise

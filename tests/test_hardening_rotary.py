@@ -274,6 +274,14 @@ def fresh_tables() -> Any:
     rope.clear_caches()
 
 
+def kept_tables(enc: Any) -> list[Any]:
+    """The tables of positions of ``enc`` (and every equal encoder) in the store."""
+    from peregistry.rope._tables import STORE
+
+    return [v for k, (v, _) in list(STORE._entries.items())
+            if k[0] == "rotary positions" and k[1] is type(enc) and k[2] == enc._key]
+
+
 def test_equal_encoders_share_one_position_table(fresh_tables: Any) -> None:
     rope = fresh_tables
     layers = [per.get_encoder("rotary", dim=64, theta=500000.0) for _ in range(32)]
@@ -284,7 +292,7 @@ def test_equal_encoders_share_one_position_table(fresh_tables: Any) -> None:
     used, _ = rope.table_cache_bytes()
     one = 2 * 1024 * 32 * 8  # cos and sin of 1024 positions, 32 pairs, float64
     assert used == one, f"{used} bytes for 32 equal encoders, one table is {one}"
-    assert layers[5]._table_cache.positions  # every layer sees the shared table
+    assert kept_tables(layers[5])  # every layer sees the shared table
     other = per.get_encoder("rotary", dim=64, theta=10000.0)
     other.rotate(x, offset=700)
     assert rope.table_cache_bytes()[0] == 2 * one  # unequal encoders: their own table
@@ -298,12 +306,12 @@ def test_the_shared_tables_have_a_budget_and_can_be_cleared(fresh_tables: Any) -
     encs = [per.get_encoder("rotary", dim=64, theta=1000.0 + i) for i in range(5)]
     want = [enc.rotate(x, offset=10) for enc in encs]
     assert rope.table_cache_bytes() == (2 * one, 2 * one)  # least recently used evicted
-    assert not encs[0]._table_cache.positions and encs[4]._table_cache.positions
+    assert not kept_tables(encs[0]) and kept_tables(encs[4])
     got = [enc.rotate(x, offset=10) for enc in encs]  # rebuilt: the same bits
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
     rope.clear_caches()
-    assert rope.table_cache_bytes()[0] == 0 and not encs[4]._table_cache.positions
+    assert rope.table_cache_bytes()[0] == 0 and not kept_tables(encs[4])
     with pytest.raises(ValueError, match="nbytes"):
         rope.set_table_cache_bytes(-1)
 

@@ -318,25 +318,3 @@ def test_pair_frequencies_are_the_axes_frequencies_in_feature_order(options: dic
     want = MultiAxisRotary._pair_frequencies(enc, None)  # type: ignore[arg-type]
     assert got == want
     assert got[0].omega == tuple(enc.inv_freq())  # type: ignore[attr-defined]
-
-
-def test_kept_pair_arrays_serve_only_fixed_frequencies(backend: Any) -> None:
-    """M-RoPE keeps its pair map and ω as arrays per backend and device (small calls) only where
-    they cannot change: not for a scaling whose ω depends on the sequence length, not for
-    another pair map, and never without float64; what it keeps is the map and ω exactly."""
-    enc: Any = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
-    dyn: Any = per.get_encoder("mrope", dim=16, sections=(2, 3, 3),
-                               scaling={"type": "dynamic", "factor": 2.0,
-                                        "original_max_position_embeddings": 64})
-    pos = backend.from_numpy(np.zeros((3, 4), dtype=np.int64))
-    ctx, _ = enc._context(pos)
-    freqs, axes = enc._pair_frequencies(None)
-    kept = enc._pair_arrays(freqs, axes, pos, ctx=ctx)
-    if not ctx.has_float64:
-        assert kept is None
-        return
-    np.testing.assert_array_equal(backend.to_numpy(kept[0]), np.asarray(axes))
-    np.testing.assert_array_equal(backend.to_numpy(kept[1]), np.asarray(freqs.omega))
-    assert enc._pair_arrays(freqs, tuple(list(axes)), pos, ctx=ctx) is None  # another map object
-    dfreqs, daxes = dyn._pair_frequencies(100)
-    assert dyn._pair_arrays(dfreqs, daxes, pos, ctx=ctx) is None

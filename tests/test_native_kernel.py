@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from peregistry.rope import _kernel
+from peregistry.rope import _torch as _torch_paths
 from peregistry.testing._core import selected_backends
 
 SELECTED = [b.name for b in selected_backends()]
@@ -91,8 +92,8 @@ def run_kernel(k: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rd: int,
     assert x.flags.c_contiguous
     out = np.empty_like(x)
     lead = x.shape[:-1]
-    cstr = _kernel.broadcast_strides(cos.shape, tuple(s // cos.itemsize for s in cos.strides), lead)
-    sstr = _kernel.broadcast_strides(sin.shape, tuple(s // sin.itemsize for s in sin.strides), lead)
+    cstr = _torch_paths.broadcast_strides(cos.shape, tuple(s // cos.itemsize for s in cos.strides), lead)
+    sstr = _torch_paths.broadcast_strides(sin.shape, tuple(s // sin.itemsize for s in sin.strides), lead)
     assert cstr is not None and sstr is not None
     code = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}.get(x.dtype) if xcode is None else xcode
     wcode = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}[cos.dtype]
@@ -229,7 +230,7 @@ def test_kernel_rejects_bad_arguments(kernel: Any) -> None:
 
 
 def test_broadcast_strides() -> None:
-    bs = _kernel.broadcast_strides
+    bs = _torch_paths.broadcast_strides
     assert bs((5, 8), (8, 1), (2, 3, 5)) == (0, 0, 8)
     assert bs((2, 1, 5, 8), (40, 40, 8, 1), (2, 3, 5)) == (40, 0, 8)
     assert bs((1, 8), (8, 1), (2, 3, 5)) == (0, 0, 0)
@@ -394,14 +395,14 @@ def test_hf_llama_bit_for_bit_through_the_kernel(torch: Any, kernel: Any,
 
 # -- tensors the kernel must not touch (found in review) -------------------------------------------
 _FAKE_AND_FUNCTIONAL = r"""
-import torch, peregistry as per
+import torch, peregistry as per, peregistry.rope
 from torch._subclasses.fake_tensor import FakeTensorMode
 enc = per.get_encoder("rotary", dim=64)
 x = torch.randn(2, 4, 8, 64)
 with FakeTensorMode() as m:
     y = enc.rotate(m.from_tensor(x))
     assert type(y).__name__ == "FakeTensor" and y.shape == x.shape, y
-assert not enc._table_cache.positions and not enc._table_cache.offsets, "fake tables were cached"
+assert per.rope.table_cache_bytes()[0] == 0, "fake tables were kept"
 assert torch.equal(torch.func.functionalize(enc.rotate)(x), enc.rotate(x))
 assert torch.equal(torch.vmap(enc.rotate)(x), enc.rotate(x))
 print("ok")

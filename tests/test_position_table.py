@@ -1,6 +1,7 @@
-"""The eager position table of rotary encoders: decoding at increasing offsets (and explicit integer
-position ids) reads rows of one cached table instead of recomputing trigonometry, with results
-equal to a fresh computation, on every selected backend."""
+"""The eager table of positions of rotary encoders, kept in the one store of tables
+(peregistry/rope/_tables.py): decoding at increasing offsets (and explicit integer position ids)
+reads rows of one table instead of recomputing trigonometry, with results equal to a fresh
+computation, on every selected backend."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ def _no_shared_tables() -> Any:
     rope.clear_caches()
     yield
     rope.clear_caches()
+
+
+def kept_tables(enc: Any) -> list[Any]:
+    """The tables of positions of ``enc`` (and every equal encoder) in the store."""
+    from peregistry.rope._tables import STORE
+
+    return [v for k, (v, _) in list(STORE._entries.items())
+            if k[0] == "rotary positions" and k[1] is type(enc) and k[2] == enc._key]
 
 
 def _x(backend: Any, shape: tuple[int, ...], seed: int = 0) -> Any:
@@ -48,7 +57,7 @@ def test_decode_offsets_equal_fresh_tables(backend: Any, opts: dict[str, Any]) -
         got = backend.to_numpy(enc.rotate(x, offset=offset))
         want = backend.to_numpy(_fresh(enc, x, np.array([offset]), backend))
         np.testing.assert_array_equal(got, want)
-    assert enc._table_cache.positions, "the position table was not used"
+    assert kept_tables(enc), "the position table was not used"
 
 
 def test_explicit_integer_positions_gather_rows(backend: Any) -> None:
@@ -57,7 +66,7 @@ def test_explicit_integer_positions_gather_rows(backend: Any) -> None:
     ids = np.array([[[0, 7, 4095, 4096, 9000]], [[3, 2, 1, 0, 5]]])  # (2, 1, 5), per batch
     got = backend.to_numpy(enc.rotate(x, backend.from_numpy(ids)))
     np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, ids, backend)))
-    assert enc._table_cache.positions
+    assert kept_tables(enc)
 
 
 def test_negative_and_huge_positions_are_computed(backend: Any,
@@ -72,9 +81,9 @@ def test_negative_and_huge_positions_are_computed(backend: Any,
     got = backend.to_numpy(enc.rotate(x, offset=5000))
     np.testing.assert_array_equal(got, backend.to_numpy(
         _fresh(enc, x, np.arange(5000, 5003), backend)))
-    assert not enc._table_cache.positions
+    assert not kept_tables(enc)
     enc.rotate(x, offset=7)
-    assert enc._table_cache.positions  # in range again: the table is used
+    assert kept_tables(enc)  # in range again: the table is used
 
 
 def test_sequence_length_dependent_scaling_has_no_position_table(backend: Any) -> None:
@@ -83,7 +92,7 @@ def test_sequence_length_dependent_scaling_has_no_position_table(backend: Any) -
     x = _x(backend, (1, 2, 1, 16))
     a = backend.to_numpy(enc.rotate(x, offset=10))
     b = backend.to_numpy(enc.rotate(x, offset=200))  # past 64: NTK-scaled frequencies
-    assert not enc._table_cache.positions
+    assert not kept_tables(enc)
     np.testing.assert_array_equal(b, backend.to_numpy(_fresh(enc, x, np.array([200]), backend)))
     assert not np.array_equal(a, b)
 
@@ -97,7 +106,7 @@ def test_mrope_text_decoding_uses_rows_of_its_table(backend: Any) -> None:
         want = backend.to_numpy(enc.rotate(x, backend.from_numpy(
             pos, dtype=backend.float_dtypes()["float32"])))
         np.testing.assert_array_equal(got, want)
-    assert enc._table_cache.positions
+    assert kept_tables(enc)
 
 
 def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -> None:
@@ -116,7 +125,7 @@ def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -
     got = backend.to_numpy(enc.rotate(x, offset=3))
     np.testing.assert_array_equal(got, backend.to_numpy(
         _fresh(enc, x, np.array([6, 8]), backend)))
-    assert not enc._table_cache.positions
+    assert not kept_tables(enc)
 
 
 def test_subclass_declaring_rows_but_shifting_positions_is_not_gathered(backend: Any) -> None:
@@ -162,5 +171,5 @@ def test_tables_made_inside_a_trace_are_not_cached(backend: Any) -> None:
     np.testing.assert_allclose(np.asarray(jax.jit(lambda p: enc.rotate(x, p))(ids)), want, **tol)
     np.testing.assert_allclose(np.asarray(jax.vmap(lambda p: enc.rotate(x[0], p))(ids[None])),
                                want[:1], **tol)
-    assert not enc._table_cache.positions and not enc._table_cache.offsets
+    assert not kept_tables(enc)
     np.testing.assert_array_equal(np.asarray(enc.rotate(x, offset=0)), want)  # eager still fine

@@ -40,14 +40,14 @@ def ref_rotate64(x: np.ndarray, angles: np.ndarray, *, rotary_dim: int, interlea
 # -- the pure functions ------------------------------------------------------------------------
 @pytest.mark.parametrize(("d", "theta"), [(2, 10000.0), (64, 10000.0), (128, 500000.0), (6, 3.5)])
 def test_inv_freq_is_roformer_and_the_scalings_base(d: int, theta: float) -> None:
-    from peregistry.encoders.rope_scaling import base_inv_freq
-
     got = rope.inv_freq(d, theta)
     assert got.dtype == np.float64 and got.shape == (d // 2,)
     want = np.array([theta ** (-2.0 * i / d) for i in range(d // 2)])
     np.testing.assert_allclose(got, want, rtol=4e-16, atol=0)
-    np.testing.assert_array_equal(got, base_inv_freq(d, theta))
     np.testing.assert_array_equal(got, per.get_encoder("rotary", dim=d, theta=theta).inv_freq())
+    with pytest.warns(DeprecationWarning, match="peregistry.rope.inv_freq"):
+        from peregistry.rope.scalings import base_inv_freq  # its older name
+    assert base_inv_freq is rope.inv_freq
 
 
 @pytest.mark.parametrize(("args", "pattern"), [
@@ -235,12 +235,10 @@ def test_backend_adapters_hold_no_rotary_hooks() -> None:
 
 def test_building_blocks_are_public() -> None:
     import peregistry.plugin as plugin
-    from peregistry.encoders import base
     from peregistry.encoders.mrope import MRope
     from peregistry.encoders.rotary import Rotary, ScaledRotary
 
-    assert base.RotaryEncoder is per.RotaryEncoder is rope.RotaryEncoder is plugin.RotaryEncoder
-    assert base.apply_rotation is rope.apply_rotation  # type: ignore[attr-defined]
+    assert per.RotaryEncoder is rope.RotaryEncoder is plugin.RotaryEncoder
     assert ScaledRotary is rope.ScaledRotary is plugin.ScaledRotary
     assert plugin.MultiAxisRotary is rope.MultiAxisRotary and plugin.RotaryTables is rope.RotaryTables
     assert issubclass(Rotary, rope.ScaledRotary)

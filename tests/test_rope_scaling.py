@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import types
-import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -541,93 +539,6 @@ def test_resolve_scaling_with_given_types_and_bad_declarations() -> None:
                                         "<class 'float'>; declare it with peregistry.Option"):
         resolve_scaling("x", {"type": "test-junk"}, rotary_dim=8, theta=1e4,
                         known={"test-junk": Junk()})
-
-
-# -- the former module and the deprecated Param ---------------------------------------------------
-def test_former_module_reexports_the_scalings_and_registers_them() -> None:
-    from peregistry.rope import scalings
-
-    old = importlib.import_module("peregistry.encoders.rope_scaling")
-    for name in ("RopeScaling", "Linear", "Dynamic", "Yarn", "LongRope", "Llama3", "Default",
-                 "SEQ_LEN_DEPENDENCE", "as_scaling", "base_inv_freq", "resolve_scaling",
-                 "describe_parameters"):
-        assert getattr(old, name) is getattr(scalings, name), name
-    assert old.REQUIRED is per.Option(int).default
-    assert [s.name for s in old.peregistry_rope_scalings()] == list(BUILTIN)
-    assert hasattr(old.peregistry_rope_scalings, "peregistry_impl")  # a hookimpl (entry point)
-
-
-def _param_plugin_class() -> type:
-    """A scaling written against the pre-Option docs, word for word."""
-    from peregistry.encoders.rope_scaling import Param, RopeScaling
-
-    class OldStretch(RopeScaling):
-        name = "test-old-stretch"
-        parameters = {  # noqa: RUF012 (as the old docs wrote it)
-            "factor": Param("float", allowed="a number >= 1", check=lambda f: f >= 1),
-            "gain": Param("float", 1.0, "a number > 0", lambda g: g > 0),
-            "extra": Param("float", None, "None or a number > 0", lambda e: e > 0),
-            "orig": Param("int", 64),
-            "weights": Param("floats", (1.0, 2.0)),
-            "flag": Param("bool", False),
-        }
-
-        def inv_freq(self, rotary_dim: int, theta: float, params: Any,
-                     seq_len: int | None = None) -> np.ndarray:
-            i = np.arange(0, rotary_dim, 2, dtype=np.float64)
-            return theta ** (-i / rotary_dim) / np.sqrt(params["factor"])
-
-        def attention_factor(self, rotary_dim: int, theta: float, params: Any) -> float:
-            return float(params["gain"])
-
-    return OldStretch
-
-
-def test_deprecated_param_still_declares_a_working_scaling() -> None:
-    with pytest.warns(DeprecationWarning, match=r"Param is deprecated: declare scaling "
-                                                r"parameters with peregistry.Option") as record:
-        cls = _param_plugin_class()
-    assert len(record) == 6 and all(w.filename == __file__ for w in record)  # the author's line
-    name = per.register(_plugin(cls()), name="test-old-scalings")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # using the declarations warns no more
-            enc = per.get_encoder("rotary", dim=8, scaling={"type": "test-old-stretch",
-                                                            "factor": 4, "orig": 128.0})
-            np.testing.assert_allclose(enc.inv_freq(), ref_rope(8, 1e4) / 2, rtol=1e-15)  # type: ignore[attr-defined]
-            assert enc.options["scaling"] == {"type": "test-old-stretch", "factor": 4.0,
-                                              "gain": 1.0, "extra": None, "orig": 128,
-                                              "weights": (1.0, 2.0), "flag": False}
-            assert enc.replace(scaling={"type": "test-old-stretch", "factor": 4,  # type: ignore[attr-defined]
-                                        "gain": 2.0}).attention_factor == 2.0
-            _raises(ValueError, "scaling 'test-old-stretch'", "'factor' must be a number >= 1, "
-                    "got 0.5", scaling={"type": "test-old-stretch", "factor": 0.5})
-            _raises(TypeError, "'flag' must be a bool (True or False), got 1",
-                    scaling={"type": "test-old-stretch", "factor": 2, "flag": 1})
-            _raises(TypeError, "'weights' must be a sequence of real numbers, got 'ab'",
-                    scaling={"type": "test-old-stretch", "factor": 2, "weights": "ab"})
-            _raises(ValueError, "missing required parameter 'factor' (a number >= 1)",
-                    scaling={"type": "test-old-stretch"})
-    finally:
-        per.unregister(name)
-
-
-def test_deprecated_param_methods() -> None:
-    from peregistry.encoders.rope_scaling import REQUIRED, Param
-
-    with pytest.warns(DeprecationWarning, match="Option"):
-        p = Param("int", allowed="a positive integer", check=lambda n: n > 0)
-    with pytest.warns(DeprecationWarning, match="Option"):
-        q = Param("floats", None)
-    assert p.required and p.default is REQUIRED and p.describe() == "a positive integer"
-    assert p.convert("w", "n", 4096.0) == 4096 and q.convert("w", "v", None) is None
-    assert q.describe() == "a sequence of real numbers" and not q.required
-    assert p.as_option("n").name == "n" and p.as_option("n").type is int
-    with pytest.raises(ValueError, match=r"w: option 'n' must be a positive integer, got 0"):
-        p.convert("w", "n", 0)
-    with pytest.raises(TypeError, match="Param kind must be one of float, int, bool, floats"), \
-            pytest.warns(DeprecationWarning, match="Param is deprecated"):
-        Param("str")
 
 
 def test_option_tuple_of_floats() -> None:

@@ -18,16 +18,14 @@ import pytest
 from conftest import BACKENDS
 
 import peregistry as per
-from peregistry import _hooks, _lazy
+from peregistry import _hooks
 from peregistry._entry_points import entry_points
 from peregistry._loading import PluginManager
 
 FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
-#: Modules that peregistry's startup used to import and no longer needs: importlib.metadata (and
-#: email, zipfile behind it) for the entry points; json (command-line option parsing), difflib
-#: (close-match hints in errors) and the deprecated scaling ``Param`` until used.
-NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib",
-                  "peregistry.rope.scalings._param")  # the deprecated Param
+#: Modules that peregistry's startup need not import: json (command-line option parsing) and
+#: difflib (close-match hints in errors) until used.
+NOT_AT_STARTUP = ("json", "difflib")
 
 
 def fresh(code: str, env: dict[str, str] | None = None) -> Any:
@@ -38,7 +36,7 @@ def fresh(code: str, env: dict[str, str] | None = None) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_rotary_encoder_at_startup_loads_numpy_only_and_no_metadata_machinery() -> None:
+def test_rotary_encoder_at_startup_loads_numpy_only() -> None:
     got = fresh(
         "import sys, peregistry\n"
         f"before = [m for m in {FRAMEWORKS!r} if m in sys.modules]\n"
@@ -74,112 +72,41 @@ def test_rotary_rotate_on_numpy_in_a_fresh_interpreter() -> None:
     assert diff <= 64 * 2.0**-52 * 8  # a few ulps of angles up to 7 rad, float64
 
 
-#: What only a rotary *call* needs (peregistry/_lazy.py): the framework dispatch, the torch fast
-#: paths, the C kernel's loader, the application of tables.
-CALL_ONLY = ("peregistry.rope._delegation", "peregistry.rope._apply", "peregistry.rope._torch",
-             "peregistry.rope._kernel", "peregistry.rope._jax")
 #: Third-party plugins off: one importing peregistry.plugin (RotaryTables) loads all of it.
 NO_THIRD_PARTY = {"PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def test_the_call_machinery_is_imported_by_the_first_call() -> None:
-    got = fresh(
-        "import sys, json, numpy as np, peregistry\n"
-        "import peregistry.rope.encoder as m, peregistry.rope._table_cache as t\n"
-        "enc = peregistry.get_encoder('rotary', dim=8)\n"
-        f"before = [k for k in {CALL_ONLY!r} if k in sys.modules]\n"
-        "y = enc.rotate(np.ones((3, 8)))\n"
-        "last = peregistry.get_encoder('rotary', dim=8, rotary_dim=4, rotary_features='last')\n"
-        "last.rotate(np.ones((3, 8)))  # the path through rotate_features\n"
-        "cos, sin = enc.cos_sin(np.arange(3))\n"
-        "tables = enc.tables(np.arange(3))\n"
-        "import peregistry.rope._apply as a, peregistry.rope._delegation as d\n"
-        "real = [m._delegation is d, t._delegation is d, m.rotate_features is a.rotate_features,\n"
-        "        m.RotaryTables is a.RotaryTables, type(tables) is a.RotaryTables]\n"
-        "print(json.dumps([before, real, y.shape]))\n", env=NO_THIRD_PARTY)
-    before, real, shape = got
-    assert before == []
-    assert real == [True] * 5  # the stand-ins replaced themselves
-    assert shape == [3, 8]
-
-
-def test_rope_lazy_names_are_the_real_ones() -> None:
+def test_rope_exports_its_names() -> None:
     import peregistry.rope as rope
     from peregistry.rope import _apply, _kernel
 
     assert rope.RotaryTables is _apply.RotaryTables and rope.apply_rotary is _apply.apply_rotary
-    assert rope.rotate_features is _apply.rotate_features
     assert rope.kernel_status is _kernel.kernel_status and rope.kernel_isa is _kernel.kernel_isa
-    assert set(rope.__all__) <= set(dir(rope))
     star: dict[str, Any] = {}
     exec("from peregistry.rope import *", star)
     assert set(rope.__all__) <= set(star)
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        rope.nope  # noqa: B018
-
-
-def test_deprecated_param_is_imported_on_first_use() -> None:
-    import peregistry.encoders.rope_scaling as rs
-    from peregistry.rope.scalings._param import Param
-
-    assert rs.Param is Param and "Param" in dir(rs) and "Param" in rs.__all__
-    star: dict[str, Any] = {}
-    exec("from peregistry.encoders.rope_scaling import *", star)
-    assert star["Param"] is Param
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        rs.nope  # noqa: B018
-
-
-def test_stand_ins_replace_themselves_and_bind() -> None:
-    def load_colorsys() -> Any:
-        import colorsys
-
-        return colorsys
-
-    def load_hypot() -> Any:
-        from math import hypot
-
-        return hypot
-
-    ns: dict[str, Any] = {}
-    ns["mod"] = _lazy.FirstUse(load_colorsys, ns, "mod")
-    ns["hypot"] = _lazy.first_call(load_hypot, ns, "hypot")
-    assert "first use" in repr(ns["mod"])
-    assert ns["mod"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
-    assert ns["hypot"](3.0, 4.0) == 5.0
-    import colorsys
-    import math
-
-    assert ns["mod"] is colorsys and ns["hypot"] is math.hypot
-    ns2: dict[str, Any] = {"keep": 3, "f": len}
-    ns2["mod"] = _lazy.FirstUse(load_colorsys, ns2, "mod")
-    ns2["hypot"] = _lazy.first_call(load_hypot, ns2, "hypot")
-    assert _lazy.bind(ns2) is True
-    assert ns2 == {"keep": 3, "f": len, "mod": colorsys, "hypot": math.hypot}
 
 
 @pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
 @pytest.mark.parametrize("torch_first", [True, False])
 def test_torch_compile_fullgraph_as_the_first_call(torch_first: bool) -> None:
-    # The first rotate of a process traced by TorchDynamo with fullgraph=True: built after
-    # `import torch`, the encoder binds the call machinery; built before, the stand-ins are
-    # traced through (and the first eager call binds them, costing one recompile at most).
+    # The first rotate of a process traced by TorchDynamo with fullgraph=True, the encoder
+    # built before or after `import torch`: the compiled result equals the eager one.
     pytest.importorskip("torch")
     got = fresh(
         "import json, sys\n"
         + ("import torch\n" if torch_first else "")
-        + "import peregistry, peregistry.rope.encoder as m\n"
+        + "import peregistry\n"
         "enc = peregistry.get_encoder('rotary', dim=8)\n"
         "import torch\n"
-        "bound = type(m._delegation).__name__\n"
         "f = torch.compile(lambda x: enc.rotate(x, offset=2), fullgraph=True, backend='aot_eager')\n"
         "x = torch.randn(1, 3, 8, dtype=torch.float64)\n"
         "y = f(x)\n"
         "ref = enc.rotate(x, offset=2)\n"
         "y2 = f(x)\n"
-        "print(json.dumps([bound, type(m._delegation).__name__, bool(torch.equal(y, ref)),\n"
-        "                  bool(torch.equal(y2, ref))]))\n", env=NO_THIRD_PARTY)
-    assert got == ["module" if torch_first else "FirstUse", "module", True, True]
+        "print(json.dumps([bool(torch.equal(y, ref)), bool(torch.equal(y2, ref))]))\n",
+        env=NO_THIRD_PARTY)
+    assert got == [True, True]
 
 
 def marked_module() -> types.ModuleType:
@@ -256,23 +183,21 @@ def test_public_modules_import_no_framework(snippet: str) -> None:
 @pytest.mark.skipif("torch" not in BACKENDS, reason="torch not selected by PEREGISTRY_BACKENDS")
 @pytest.mark.parametrize("torch_first", [True, False])
 def test_torch_compile_fullgraph_of_a_relative_encoder_as_the_first_call(torch_first: bool) -> None:
-    # relative.py's framework dispatch is a stand-in until the first call: built after `import
-    # torch`, the encoder binds every stand-in; built before, TorchDynamo traces through it
-    # (fullgraph=True) and the first eager call binds it.
+    # The first bias of a process traced by TorchDynamo with fullgraph=True, the encoder built
+    # before or after `import torch`: the compiled result equals the eager one.
     pytest.importorskip("torch")
     got = fresh(
         "import json\n"
         + ("import torch\n" if torch_first else "")
-        + "import peregistry, peregistry.encoders.relative as m\n"
+        + "import peregistry\n"
         "enc = peregistry.get_encoder('t5', num_heads=2)\n"
         "import torch\n"
         "params = enc.init(torch, seed=0)\n"
-        "before = type(m._delegation).__name__\n"
         "f = torch.compile(lambda q, k: enc.bias(q, k, params=params), fullgraph=True,\n"
         "                  backend='aot_eager')\n"
         "q, k = torch.arange(5), torch.arange(7)\n"
         "y = f(q, k)\n"
         "ref = enc.bias(q, k, params=params)\n"
-        "print(json.dumps([before, type(m._delegation).__name__, bool(torch.equal(y, ref))]))\n",
+        "print(json.dumps(bool(torch.equal(y, ref))))\n",
         env=NO_THIRD_PARTY)
-    assert got == ["module" if torch_first else "FirstUse", "module", True]
+    assert got is True

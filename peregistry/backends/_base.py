@@ -13,15 +13,44 @@ slow to import, and a user who never hands us its arrays must never pay for it. 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Ctx"]
 
 #: The floating dtypes the suite knows, widest last.
 FLOAT_DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What a call learns of its input arrays, as their backend adapter answers it: what an
+    encoder's private hook computes with.
+
+    :ivar xp: the Array API namespace of the inputs.
+    :ivar backend: the adapter of that namespace.
+    :ivar device: the inputs' device (None inside a tracer, for a sharded array, and for a
+        JAX array not committed to a device on the default one: arrays made with it are then
+        not committed either).
+    :ivar wide: the float dtype to compute in (float64 where the backend offers it).
+    """
+
+    xp: Any
+    backend: Backend
+    device: Any
+    wide: Any
+
+    @property
+    def has_float64(self) -> bool:
+        return bool(self.wide == getattr(self.xp, "float64", None))
+
+    def constant(self, values: Any, dtype: Any = None) -> Any:
+        """A host constant (a Python number or list) as an array on the inputs' device."""
+        return self.xp.asarray(values, dtype=self.wide if dtype is None else dtype,
+                               device=self.device)
 
 
 class Backend:
@@ -107,6 +136,13 @@ class Backend:
         super().__init_subclass__(**kwargs)
         if "device" in cls.__dict__ and "placement" not in cls.__dict__:
             cls.placement = cls.__dict__["device"]
+
+    def context(self, x: Any) -> Ctx:
+        """The :class:`Ctx` of a call whose inputs are arrays of this backend, on ``x``'s
+        device (:meth:`placement`)."""
+        device = self.placement(x)
+        return Ctx(xp=self.namespace(), backend=self, device=device,
+                   wide=self.wide_float_dtype(device))
 
     def default_device(self) -> Any:
         return self.namespace().__array_namespace_info__().default_device()

@@ -5,12 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._base import Backend
+from ._base import Backend, Ctx
 
 
 class NumpyBackend(Backend):
     name = "numpy"
     priority = 90  # after the others: jax/torch scalars may also look like numpy generics
+
+    def context(self, x: Any) -> Ctx:
+        """One :class:`Ctx` serves every NumPy call: one device, float64 always."""
+        ctx: Ctx | None = self.__dict__.get("_ctx")
+        if ctx is None:
+            import array_api_compat.numpy as xp
+            import numpy as np
+
+            ctx = self.__dict__["_ctx"] = Ctx(xp=xp, backend=self, device="cpu", wide=np.float64)
+        return ctx
 
     def owns(self, x: Any) -> bool:
         import numpy as np
@@ -37,6 +47,11 @@ class NumpyBackend(Backend):
         import numpy as np
 
         return np.dtype(np.float64)  # as array-api-compat's default_dtypes() says
+
+    def index_dtype(self, device: Any = None) -> Any:
+        import numpy as np
+
+        return np.dtype(np.int64)  # as array-api-compat's default_dtypes() says
 
     def wide_float_dtype(self, device: Any = None) -> Any:
         import numpy as np

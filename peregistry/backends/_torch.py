@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._base import Backend
+from ._base import Backend, Ctx
 
 #: ``torch.compile`` backend used by the conformance suite's jit check. ``inductor`` generates
 #: and compiles C++; ``aot_eager`` checks full-graph capture without code generation.
@@ -83,6 +83,18 @@ class TorchBackend(Backend):
             return torch.float32  # MPS has no float64
         return torch.float64
 
+    def context(self, x: Any) -> Ctx:
+        """The :class:`Ctx` of ``x``'s device; the CPU's is made once (outside a trace)."""
+        device = x.device
+        kept: Ctx | None = self.__dict__.get("_cpu_ctx")
+        if kept is not None and device == kept.device:
+            return kept
+        ctx = Ctx(xp=self.namespace(), backend=self, device=device,
+                  wide=self.wide_float_dtype(device))
+        if kept is None and device.type == "cpu" and not sys.modules["torch"].compiler.is_compiling():
+            self.__dict__["_cpu_ctx"] = ctx
+        return ctx
+
     def default_device(self) -> Any:
         import torch
 
@@ -107,9 +119,6 @@ class TorchBackend(Backend):
 
         out = torch.utils.dlpack.from_dlpack(x)
         return out if device is None else out.to(device)
-
-    def prepare_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
-        return params
 
     def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         import torch
@@ -220,8 +229,7 @@ def _probe_cpu() -> Any:
 
 def bind_probe() -> _Probes:
     """The :class:`_Probes`, made once by the first call outside TorchDynamo (a global written
-    while it traces costs a recompile); :func:`peregistry._lazy.bind_for_torch` binds it when an
-    encoder is built, so that compiled code finds it bound."""
+    while it traces costs a recompile)."""
     global _probe
     if _probe is not None:
         return _probe

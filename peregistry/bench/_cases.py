@@ -20,6 +20,7 @@ from ._hand import (
     hand_learned_2d,
     hand_mrope,
     hand_rotary,
+    hand_rotary_decode,
     hand_shaw,
     hand_sinusoidal,
     hand_t5,
@@ -148,6 +149,37 @@ def _bench_rope(name: str, hand: Callable[[Any, Any], Any]) -> Callable[[Bench, 
     return bench
 
 
+def _bench_rotary_decode(b: Bench, quick: bool) -> Case:
+    """One decoding step of every layer of a Llama-style model (32 query heads, 8 key heads,
+    head dim 128): ``tables = enc.tables(position_ids)`` once, then ``tables.rotate_all(q, k)``
+    in each layer, against Hugging Face's way (``cos``/``sin`` once, ``apply_rotary_pos_emb`` in
+    each layer). Each layer has its own ``q`` and ``k``, as in a model."""
+    import peregistry as per
+
+    layers = 4 if quick else 32
+    enc = per.get_encoder("rotary", dim=128)
+    qs = [b.randn((1, 32, 1, 128)) * (i + 1) for i in range(layers)]
+    ks = [b.randn((1, 8, 1, 128)) * (i + 1) for i in range(layers)]
+    pos = b.xp.asarray([4095])  # integer ids for ours; the hand-written code takes float32 ones
+    fpos = b.xp.asarray([4095.0], dtype=b.float32)
+    xp = b.xp
+
+    def ours(qs: list[Any], ks: list[Any], p: Any) -> list[tuple[Any, ...]]:
+        tables = enc.tables(p)  # type: ignore[attr-defined]
+        return [tables.rotate_all(q, k) for q, k in zip(qs, ks, strict=True)]
+
+    def hand(qs: list[Any], ks: list[Any], p: Any) -> list[tuple[Any, Any]]:
+        return hand_rotary_decode(xp, qs, ks, p)
+
+    ready = b.backend.block_until_ready  # (one program per call where compiled: its last output)
+    ours_c, hand_c = b.compiled(ours), b.compiled(hand)
+    ready(ours_c(qs, ks, pos)[-1][-1])
+    copy = b.copier(xp.zeros((layers, 1, 40, 1, 128), dtype=b.float32))
+    return Case(lambda: ready(ours_c(qs, ks, pos)[-1][-1]),
+                lambda: ready(hand_c(qs, ks, fpos)[-1][-1]), lambda: ready(copy()),
+                f"{layers} layers x (1x32x1x128, 1x8x1x128) f32")
+
+
 def _bench_alibi(b: Bench, quick: bool) -> Case:
     import peregistry as per
 
@@ -252,6 +284,7 @@ def _bench_transformer_xl(b: Bench, quick: bool) -> Case:
 BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "sinusoidal": _bench_sinusoidal,
     "rotary": _bench_rope("rotary", hand_rotary),
+    "rotary-decode": _bench_rotary_decode,
     "alibi": _bench_alibi,
     "mrope": _bench_mrope,
     "xpos": _bench_rope("xpos", hand_xpos),

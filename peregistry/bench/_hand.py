@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope", "hand_rotary",
-           "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl", "hand_xpos"]
+           "hand_rotary_decode", "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl",
+           "hand_xpos"]
 
 
 def hand_sinusoidal(xp: Any, pos: Any, dim: int, base: float = 10000.0) -> Any:
@@ -35,6 +36,24 @@ def hand_rotary(xp: Any, x: Any, theta: float = 10000.0) -> Any:
     half = dim // 2
     rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
     return x * cos + rotated * sin
+
+
+def hand_rotary_decode(xp: Any, qs: Sequence[Any], ks: Sequence[Any], pos: Any,
+                       theta: float = 10000.0) -> list[tuple[Any, Any]]:
+    """One decoding step of a Llama-style model's RoPE as Hugging Face writes it: ``(cos, sin)``
+    of the step's position ids made once (``position_embeddings``), then the ``q`` and ``k`` of
+    every layer rotated with them (``apply_rotary_pos_emb``)."""
+    dim = qs[0].shape[-1]
+    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    freqs = pos[:, None] * inv_freq[None, :]  # pos: float32 position ids
+    emb = xp.concat((freqs, freqs), axis=-1)
+    cos, sin = xp.cos(emb), xp.sin(emb)
+    half = dim // 2
+
+    def rotate(x: Any) -> Any:
+        return x * cos + xp.concat((-x[..., half:], x[..., :half]), axis=-1) * sin
+
+    return [(rotate(q), rotate(k)) for q, k in zip(qs, ks, strict=True)]
 
 
 def hand_xpos(xp: Any, x: Any, scale_base: float = 512.0, theta: float = 10000.0) -> Any:

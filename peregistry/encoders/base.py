@@ -1,9 +1,11 @@
 """Encoder base classes: options declared once, with validation, immutability, hashing and repr
 for free, and the public methods of the kinds ``absolute`` (``encode``), ``bias`` (``bias``) and
 ``relative-embedding`` (``embed``); ``rotary`` lives in :mod:`peregistry.rope`. A public method
-finds the caller's namespace and device once (:mod:`.context`), validates positions and dtypes,
-hands a :class:`Ctx` to the subclass's private hook (``_encode``, ...), which computes in
-``ctx.wide`` with Array API calls only, and casts the result to the requested dtype once.
+asks the backend adapter of its inputs for the :class:`Ctx` (namespace, device, wide dtype),
+validates positions, params and the dtype asked for, hands the :class:`Ctx` to the subclass's
+private hook (``_encode``, ...), which computes in ``ctx.wide`` with Array API calls only, and
+casts the result to the requested dtype once. Inputs that mix Python values with arrays, and
+every error message, take the slower path of :mod:`.context`.
 """
 
 from __future__ import annotations
@@ -14,49 +16,29 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import Option, freeze, thaw
+from .._services import _current as _building
 from .._services import current_services, use_services
-from ._overrides import guard_overrides
-from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype, run_hook
+from ..backends._base import Backend
+from ._declaration import KINDS, check_defaults, guard_overrides
+from ._examples import Examples
+from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
+from .pairs import check_param_arrays, pair_inputs
 
 if TYPE_CHECKING:
     from .._services import Services
 
-__all__ = [
-    "KINDS",
-    "AbsoluteEncoder",
-    "BiasEncoder",
-    "Ctx",
-    "Encoder",
-    "RelativeEmbedding",
-    # from .context, for older imports
-    "check_positions",
-    "make_context",
-    "resolve_dtype",
-]
+__all__ = ["KINDS", "AbsoluteEncoder", "BiasEncoder", "Ctx", "Encoder", "RelativeEmbedding"]
 
-KINDS = ("absolute", "rotary", "bias", "relative-embedding")
-
-
-def _class_label(cls: type) -> str:
-    """How an encoder class is named in errors about its declaration: registry name and the
-    class's module (which names the plugin)."""
-    where = f"class {cls.__module__}.{cls.__qualname__}"
-    name = getattr(cls, "name", "")
-    return f"encoder {name!r} ({where})" if name else where
-
-
-def _check_defaults(cls: type[Encoder]) -> None:
-    """Every declared default must be a value its option accepts (see
-    :meth:`Option.check_default`)."""
-    for spec in cls._option_specs.values():
-        spec.check_default(_class_label(cls))
+#: Module names of JAX's array namespaces (compared directly: importing nothing).
+_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
+_NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
 
 
 def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
     return cls(**options)
 
 
-class Encoder:
+class Encoder(Examples):
     """Base of all encoders. Subclass one of the four kind classes, not this one.
 
     Class attributes a subclass sets:
@@ -95,8 +77,12 @@ class Encoder:
     _key: tuple[tuple[str, Any], ...]
     _hash: int
     _services: Services
-    #: Derived host constants (frequencies, ...): filled lazily, never part of identity.
+    #: Host constants derived from the options alone (frequencies, lookup tables), made at
+    #: construction or on first use: never arrays, never anything of a call's inputs.
     _cache: dict[Hashable, Any]
+    #: Params must have a real floating dtype (set by :class:`LearnedParams`).
+    _params_real_floating: ClassVar[bool] = False
+    _defaults: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -107,7 +93,8 @@ class Encoder:
                     specs.pop(attr, None)
                     specs[attr] = value
         cls._option_specs = specs
-        _check_defaults(cls)  # a bad default would make every instance invalid: refuse it
+        check_defaults(cls)  # a bad default would make every instance invalid: refuse it
+        cls._defaults = {k: freeze(s.default) for k, s in specs.items() if not s.required}
         guard_overrides(cls)  # a plugin's public-method override keeps the output guarantees
         if cls.name and not cls.family:
             cls.family = cls.name
@@ -116,36 +103,43 @@ class Encoder:
 
     def __init__(self, **options: Any) -> None:
         owner = self.name or type(self).__name__
-        specs = self._option_specs
-        unknown = [k for k in options if k not in specs]
-        if unknown:
-            valid = ", ".join(specs) or "none"
-            raise TypeError(
-                f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} "
-                f"{', '.join(repr(k) for k in unknown)}; valid options: {valid}"
-            )
-        missing = [k for k, s in specs.items() if s.required and k not in options]
-        if missing:
-            described = ", ".join(
-                f"{k!r} ({specs[k].allowed})" for k in missing
-            )
-            raise TypeError(f"{owner}: missing required option{'s' if len(missing) > 1 else ''} "
-                            f"{described}")
         values: dict[str, Any] = {}
-        for key, spec in specs.items():
+        defaults, given = self._defaults, 0
+        for key, spec in self._option_specs.items():
             if key in options:
                 values[key] = spec.convert(owner, options[key])
-            else:
-                values[key] = freeze(spec.default)
+                given += 1
+            elif key in defaults:
+                values[key] = defaults[key]
+        if given < len(options) or len(values) < len(self._option_specs):
+            raise self._bad_options(owner, options)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_cache", {})
-        services = current_services()
-        object.__setattr__(self, "_services", services)
-        with use_services(services):  # lookups while validating (scaling types) ask it too
+        services = _building.get()  # the registry building it, if one is
+        if services is None:
+            services = current_services()
+            object.__setattr__(self, "_services", services)
+            with use_services(services):  # lookups while validating (scaling types) ask it
+                self._validate()
+        else:
+            object.__setattr__(self, "_services", services)
             self._validate()
         identity = tuple(values.items())
         object.__setattr__(self, "_key", identity)
         object.__setattr__(self, "_hash", hash((self.name, identity)))
+
+    def _bad_options(self, owner: str, options: Mapping[str, Any]) -> TypeError:
+        """The error for unknown or missing options."""
+        specs = self._option_specs
+        unknown = [k for k in options if k not in specs]
+        if unknown:
+            return TypeError(f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(repr(k) for k in unknown)}; valid options: "
+                             f"{', '.join(specs) or 'none'}")
+        missing = [k for k, s in specs.items() if s.required and k not in options]
+        described = ", ".join(f"{k!r} ({specs[k].allowed})" for k in missing)
+        return TypeError(f"{owner}: missing required option{'s' if len(missing) > 1 else ''} "
+                         f"{described}")
 
     # -- validation ----------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -203,40 +197,6 @@ class Encoder:
     def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
         return self.replace()
 
-    # -- conformance-suite support -------------------------------------------------------------
-    def example_positions(self, rng: Any, shape: tuple[int, ...]) -> Any:
-        """Typical valid positions of ``shape`` as a NumPy array, for the conformance suite.
-
-        The default draws integers in ``[0, 1024)``; encoders with other position conventions
-        (bounded tables, 2-D or multi-axis positions) override it.
-        """
-        import numpy as np
-
-        return np.asarray(rng.integers(0, 1024, size=shape), dtype=np.int64)
-
-    @classmethod
-    def example_options(cls) -> dict[str, Any]:
-        """Options that build a small, typical instance: what ``peregistry check`` and
-        ``peregistry plot`` give the required options the user leaves out.
-
-        The default takes each required option's :meth:`Option.example_value` (its declared
-        ``example``, else a generic value of its type) and leaves out an option that has none
-        (the caller reports it). Override it when required options depend on each other.
-        """
-        from .._options import NO_EXAMPLE
-
-        examples = {key: spec.example_value() for key, spec in cls._option_specs.items()
-                    if spec.required}
-        return {key: value for key, value in examples.items() if value is not NO_EXAMPLE}
-
-    def sequence_positions(self, n: int) -> Any:
-        """The first ``n`` positions of a sequence, in order, as a NumPy array (``peregistry
-        plot`` draws the encoder along them): ``arange(n)``; encoders with bounded tables or
-        positions of another shape override it."""
-        import numpy as np
-
-        return np.arange(n, dtype=np.int64)
-
     # -- learned parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the learned parameters (empty for fixed encoders)."""
@@ -269,6 +229,11 @@ class Encoder:
         }
 
     def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
+        """The params of a call, checked: a dict with the keys and shapes of
+        :meth:`param_shapes` whose values are arrays of the inputs' backend (of a real floating
+        dtype, for :class:`LearnedParams`); ``{}`` for an encoder without learned params."""
+        if params is None and type(self).param_shapes is Encoder.param_shapes:
+            return {}  # (no learned params: nothing to check)
         shapes = self.param_shapes()
         if not shapes:
             if params is not None:
@@ -279,13 +244,27 @@ class Encoder:
         if not isinstance(params, Mapping):
             raise TypeError(f"{self.name}: params must be a dict of arrays, got "
                             f"{type(params).__name__}")
-        if set(params) != set(shapes):
+        check_param_arrays(self.name, params)
+        if params.keys() != shapes.keys():
             raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
                              f"{sorted(params)}")
         for key, shape in shapes.items():
-            got = tuple(params[key].shape)
+            v = params[key]
+            got = tuple(v.shape)
             if got != shape:
                 raise ValueError(f"{self.name}: params[{key!r}].shape={got}, but should be {shape}")
+            b = self._services.backend_of(v)
+            if b is not ctx.backend:
+                raise TypeError(
+                    f"{self.name}: params[{key!r}] is a "
+                    f"{b.name if b is not None else type(v).__qualname__} array but the "
+                    f"positions are {ctx.backend.name}; pass positions and params of one "
+                    f"framework (peregistry.convert(params, xp) moves params)")
+            if self._params_real_floating and not ctx.xp.isdtype(v.dtype, "real floating"):
+                raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
+                                f"dtype, got {v.dtype}")
+        if type(ctx.backend).prepare_params is Backend.prepare_params:
+            return params  # (the base adapter's is the identity)
         return ctx.backend.prepare_params(params)
 
     # -- shared helpers for the public methods -------------------------------------------------
@@ -294,11 +273,48 @@ class Encoder:
         """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
         become NumPy arrays. All array inputs must belong to one backend. ``names`` (the
         arguments' names, e.g. ``("positions",)``) make the errors say which input is wrong."""
-        return make_context(self.name, arrays, services=self._services, names=names)
+        services, backend, lead = self._services, None, None
+        for a in arrays:  # the usual call: arrays of one backend (and Nones)
+            if a is None:
+                continue
+            b = services.backend_of(a)
+            if b is None or (backend is not None and b is not backend):
+                backend = None
+                break
+            if backend is None:
+                backend, lead = b, a
+        if backend is None:
+            return make_context(self.name, arrays, services=services, names=names)
+        return backend.context(lead), list(arrays)
 
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
+        try:
+            ok = ctx.xp.isdtype(positions.dtype, ("integral", "real floating") if self.continuous
+                                else "integral")
+        except Exception:  # None, or no numeric dtype: the error below says which
+            ok = False
+        if ok:
+            return positions
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
+
+    def _run(self, hook: str, ctx: Ctx, *arrays: Any, params: Any, dtype: Any = _NO_DTYPE) -> Any:
+        """``getattr(self, hook)(*arrays, params=params, ctx=ctx[, dtype=dtype])``: the
+        computation after validation. The one dispatch to a framework: on eager JAX, a hook
+        whose class declares ``_compile_hook_eagerly`` runs as one compiled program per shape,
+        with the bits of running it op by op (:mod:`peregistry._jax_eager`)."""
+        xp = ctx.xp
+        if getattr(xp, "__name__", None) in _JAX_NAMES and (
+                dtype is _NO_DTYPE or dtype in (xp.float32, xp.float64)):
+            from .._jax_eager import compiled_hook
+
+            static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
+            out = compiled_hook(self, hook, arrays, {"params": dict(params)}, **static)
+            if out is not None:
+                return out
+        if dtype is _NO_DTYPE:
+            return getattr(self, hook)(*arrays, params=params, ctx=ctx)
+        return getattr(self, hook)(*arrays, params=params, ctx=ctx, dtype=dtype)
 
     def _finish(self, out: Any, dtype: Any, ctx: Ctx, *, hook: str) -> Any:
         """The result of private hook ``hook`` cast once to ``dtype``, after checking that it is
@@ -320,24 +336,21 @@ class Encoder:
         with learned params (as ``torch.nn.functional.embedding`` returns its weight's dtype:
         float64 params give float64, bfloat16 params bfloat16), else the namespace's default
         real floating dtype. ``params`` are the validated ones (empty without learned params)."""
-        if dtype is None and params:
-            return params_dtype(params, ctx)
-        return resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
-
-
-def check_encoder_class(obj: Any) -> str | None:
-    """Why ``obj`` is not a registrable encoder class, or None if it is."""
-    if not (isinstance(obj, type) and issubclass(obj, Encoder)):
-        return f"{obj!r}, not an Encoder subclass"
-    if not isinstance(obj.name, str) or not obj.name:
-        return f"{obj.__qualname__} without a name"
-    if obj.kind not in KINDS:
-        return f"{obj.__qualname__} of unknown kind {obj.kind!r} (kinds: {', '.join(KINDS)})"
-    try:  # checked at class definition too; again here for defaults changed since
-        _check_defaults(obj)
-    except (TypeError, ValueError) as exc:
-        return str(exc)
-    return None
+        backend = ctx.backend
+        if dtype is None:
+            if not params:
+                return backend.default_float_dtype(ctx.device)
+            first = None
+            for v in params.values():
+                if first is None:
+                    first = v.dtype
+                elif v.dtype != first:  # several dtypes: promoted
+                    return params_dtype(params, ctx)
+            return first if backend.is_float_dtype(first) else backend.default_float_dtype(
+                ctx.device)
+        if not isinstance(dtype, str) and backend.is_float_dtype(dtype):
+            return dtype
+        return resolve_dtype(self.name, backend, dtype, ctx.device)
 
 
 class AbsoluteEncoder(Encoder):
@@ -360,7 +373,7 @@ class AbsoluteEncoder(Encoder):
         pos = self._positions(pos, ctx)
         params = self._check_params(params, ctx)
         out_dtype = self._output_dtype(dtype, params, ctx)
-        out = run_hook(self, "_encode", ctx, pos, params=params)
+        out = self._run("_encode", ctx, pos, params=params)
         return self._finish(out, out_dtype, ctx, hook="_encode")
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
@@ -392,11 +405,9 @@ class BiasEncoder(Encoder):
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
         params' dtype for learned encoders, else the namespace's default float), in the inputs'
         namespace and on their device."""
-        from .pairs import pair_inputs
-
-        ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
+        ctx, q, k, prepared = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        out = run_hook(self, "_bias", ctx, q, k, params=prepared, dtype=out_dtype)
+        out = self._run("_bias", ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_bias")
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
@@ -428,23 +439,11 @@ class RelativeEmbedding(Encoder):
         ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
         params' dtype for learned encoders, else the namespace's default float), in the inputs'
         namespace and on their device."""
-        from .pairs import pair_inputs
-
-        ctx, q, k, prepared, _ = pair_inputs(self, q_positions, k_positions, params)
+        ctx, q, k, prepared = pair_inputs(self, q_positions, k_positions, params)
         out_dtype = self._output_dtype(dtype, prepared, ctx)
-        out = run_hook(self, "_embed", ctx, q, k, params=prepared, dtype=out_dtype)
+        out = self._run("_embed", ctx, q, k, params=prepared, dtype=out_dtype)
         return self._finish(out, out_dtype, ctx, hook="_embed")
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         """Compute the embeddings for validated ``q`` ``(..., Q)`` and ``k`` ``(..., K)``."""
         raise NotImplementedError(f"{type(self).__qualname__} must implement _embed")
-
-
-def __getattr__(name: str) -> Any:
-    """``RotaryEncoder`` and ``apply_rotation`` live in :mod:`peregistry.rope` (the engine that
-    builds on this module); found here too, imported on first use, for older imports."""
-    if name in ("RotaryEncoder", "apply_rotation"):
-        import importlib
-
-        return getattr(importlib.import_module("peregistry.rope"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,74 +1,23 @@
-"""What a call of an encoder's public method learns about its inputs before the subclass's hook
-runs: the :class:`Ctx` (namespace, backend adapter, device, wide dtype) found by
-:func:`make_context` through the registry's services, positions checked by
-:func:`check_positions`, and the dtype asked for resolved by :func:`resolve_dtype`. The kind
-classes of :mod:`.base` call these; plugin hooks receive the :class:`Ctx`.
+"""What a call of an encoder's public method learns about its inputs, beyond the usual case the
+kind classes of :mod:`.base` handle inline: the :class:`Ctx` of inputs that mix Python numbers
+and sequences with arrays (:func:`make_context`, whose errors name the argument at fault),
+positions checked by :func:`check_positions`, and the dtype asked for (:func:`resolve_dtype`).
+Plugin hooks receive the :class:`Ctx`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._jax_eager import is_jax_namespace
 from .._services import current_services
+from ..backends._base import Ctx
 
 if TYPE_CHECKING:
     from .._services import Services
     from ..backends._base import Backend
 
-__all__ = ["Ctx", "check_positions", "make_context", "own_methods", "params_dtype", "resolve_dtype",
-           "run_hook"]
-
-_NO_DTYPE: Any = object()  # run_hook: the hook takes no dtype (``_encode``)
-
-
-@dataclass(frozen=True, slots=True)
-class Ctx:
-    """What a private hook needs to know about the caller's arrays.
-
-    :ivar xp: the Array API namespace of the inputs.
-    :ivar backend: the adapter of that namespace.
-    :ivar device: the inputs' device (None inside a tracer, for a sharded array, and for a
-        JAX array not committed to a device on the default one: arrays made with it are then
-        not committed either).
-    :ivar wide: the float dtype to compute in (float64 where the backend offers it).
-    """
-
-    xp: Any
-    backend: Backend
-    device: Any
-    wide: Any
-
-    @property
-    def has_float64(self) -> bool:
-        return bool(self.wide == getattr(self.xp, "float64", None))
-
-    def constant(self, values: Any, dtype: Any = None) -> Any:
-        """A host constant (a Python number or list) as an array on the inputs' device."""
-        return self.xp.asarray(values, dtype=self.wide if dtype is None else dtype,
-                               device=self.device)
-
-
-def run_hook(enc: Any, hook: str, ctx: Ctx, *arrays: Any, params: Any,
-             dtype: Any = _NO_DTYPE) -> Any:
-    """``getattr(enc, hook)(*arrays, params=params, ctx=ctx[, dtype=dtype])``: an encoder's
-    computation after validation. The one dispatch to a framework: on eager JAX, a hook whose
-    class declares ``_compile_hook_eagerly`` runs as one compiled program per shape, with the
-    bits of running it op by op (:mod:`peregistry._jax_eager`)."""
-    if is_jax_namespace(ctx.xp) and (
-            dtype is _NO_DTYPE or dtype in (ctx.xp.float32, ctx.xp.float64)):
-        from .._jax_eager import compiled_hook
-
-        static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
-        out = compiled_hook(enc, hook, arrays, {"params": dict(params)}, **static)
-        if out is not None:
-            return out
-    if dtype is _NO_DTYPE:
-        return getattr(enc, hook)(*arrays, params=params, ctx=ctx)
-    return getattr(enc, hook)(*arrays, params=params, ctx=ctx, dtype=dtype)
+__all__ = ["Ctx", "check_positions", "make_context", "params_dtype", "resolve_dtype"]
 
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
@@ -94,27 +43,16 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
                  names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
     """The :class:`Ctx` of ``arrays`` (None entries skipped) and the arrays, Python numbers and
     sequences made arrays of the others' backend (NumPy if there are none). Backends are looked
-    up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``,
-    if given, are the arguments' names (one per array), for the error messages."""
-    registry = current_services() if services is None else services
-    backend, device, lead = None, None, None
-    for a in arrays:  # the usual call: arrays of one backend (and Nones), in one pass
-        if a is None:
-            continue
-        b = registry.backend_of(a)
-        if b is None or (backend is not None and b is not backend):
-            break
-        if backend is None:
-            backend, device, lead = b, b.placement(a), a
-    else:
-        if backend is not None:
-            return _context_of(backend, device, lead), list(arrays)
+    up in ``services`` (default: :func:`peregistry._services.current_services`). ``names``, if
+    given, are the arguments' names (one per array), for the error messages."""
+    if services is None:
+        services = current_services()
     labels: tuple[str | None, ...] = names if names is not None else (None,) * len(arrays)
     backend = None
     first: str | None = None
     owners = []
     for a, label in zip(arrays, labels, strict=True):
-        b = None if a is None else registry.backend_of(a)
+        b = None if a is None else services.backend_of(a)
         owners.append(b)
         if a is None:
             continue
@@ -123,7 +61,7 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
                 continue
             raise TypeError(
                 f"{owner}: {label + ': ' if label else ''}expected an array of a registered backend "
-                f"({', '.join(x.name for x in registry.backends())}) or a Python "
+                f"({', '.join(x.name for x in services.backends())}) or a Python "
                 f"number/sequence, got {type(a).__module__}.{type(a).__qualname__}"
             )
         if backend is None:
@@ -133,40 +71,14 @@ def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | No
     if backend is None:
         import numpy  # noqa: F401 - Python inputs are NumPy's
 
-        backend = registry.backend("numpy")
-    xp = backend.namespace()
-    device = None
-    out = []
-    for a, b, label in zip(arrays, owners, labels, strict=True):
-        if a is not None and b is None:
-            a = _from_python(owner, a, backend, what=label or "positions")
-        elif a is not None and device is None:
-            device = backend.placement(a)
-        out.append(a)
-    return Ctx(xp=xp, backend=backend, device=device, wide=backend.wide_float_dtype(device)), out
-
-
-#: ``(backend, device, wide dtype)`` -> its :class:`Ctx` (immutable, so shared by every call:
-#: building the frozen dataclass costs more than a lookup). Not read or filled while tracing
-#: (a dict read by Dynamo would be guarded on); at most 64 entries.
-_CONTEXTS: dict[tuple[Any, Any, Any], Ctx] = {}
-
-
-def _context_of(backend: Backend, device: Any, array: Any) -> Ctx:
-    """The :class:`Ctx` of ``array`` (of ``backend``, on ``device``)."""
-    wide = backend.wide_float_dtype(device)
-    if backend.is_tracing(array):
-        return Ctx(xp=backend.namespace(), backend=backend, device=device, wide=wide)
-    key = (backend, device, wide)
-    try:
-        return _CONTEXTS[key]
-    except (KeyError, TypeError):  # new, or an unhashable device
-        pass
-    ctx = Ctx(xp=backend.namespace(), backend=backend, device=device, wide=wide)
-    if len(_CONTEXTS) < 64:
-        with contextlib.suppress(TypeError):
-            _CONTEXTS[key] = ctx
-    return ctx
+        backend = services.backend("numpy")
+    out = [_from_python(owner, a, backend, what=label or "positions")
+           if a is not None and b is None else a
+           for a, b, label in zip(arrays, owners, labels, strict=True)]
+    # the device of the first array given as one (else of the first made from Python values)
+    lead = [a for a, b in zip(out, owners, strict=True) if b is not None] or \
+        [a for a in out if a is not None]
+    return backend.context(lead[0] if lead else None), out  # (None: NumPy's, any device)
 
 
 def _from_python(owner: str, a: Any, backend: Backend, *, what: str) -> Any:
@@ -198,42 +110,19 @@ def check_positions(owner: str, positions: Any, ctx: Ctx, *, what: str, continuo
         raise TypeError(f"{owner}: {what} must be an array (or a Python sequence) of numbers "
                         f"with {allowed}, got None")
     dtype = positions.dtype
-    integral, real = _dtype_kind(ctx.xp, dtype)
-    if integral:
+    try:
+        integral = bool(ctx.xp.isdtype(dtype, "integral"))
+        real = not integral and bool(ctx.xp.isdtype(dtype, "real floating"))
+    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
+        integral = real = False
+    if integral or (real and continuous):
         return positions
     if real:
-        if continuous:
-            return positions
         raise TypeError(
             f"{owner}: {what} must have an integer dtype (this encoder is defined at integer "
             f"positions only), got {ctx.backend.dtype_name(dtype)}"
         )
     raise TypeError(f"{owner}: {what} must have {allowed}, got dtype {dtype}")
-
-
-#: ``(namespace name, dtype)`` -> ``(integral, real floating)``: asked on every call, answered
-#: once per dtype (``isdtype`` costs microseconds in array-api-compat's NumPy namespace).
-_DTYPE_KINDS: dict[tuple[str, Any], tuple[bool, bool]] = {}
-
-
-def _dtype_kind(xp: Any, dtype: Any) -> tuple[bool, bool]:
-    name = getattr(xp, "__name__", "")
-    # Not for torch: its isdtype is cheap, and a dict filled while Dynamo traces would be
-    # guarded on and cost a recompilation (see Registry.backend_of).
-    cached = "torch" not in name
-    if cached:
-        try:
-            return _DTYPE_KINDS[(name, dtype)]
-        except (KeyError, TypeError):  # new, or an unhashable dtype
-            pass
-    try:
-        kind = (bool(xp.isdtype(dtype, "integral")), bool(xp.isdtype(dtype, "real floating")))
-    except Exception:  # NumPy str/object dtypes and other non-numeric arrays
-        kind = (False, False)
-    if cached and len(_DTYPE_KINDS) < 256:
-        with contextlib.suppress(TypeError):  # an unhashable dtype
-            _DTYPE_KINDS[(name, dtype)] = kind
-    return kind
 
 
 def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
@@ -259,18 +148,3 @@ def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
         f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
         f"allowed: None, {', '.join(floats)}"
     )
-
-
-_OWN_METHODS: dict[tuple[type, tuple[str, ...]], bool] = {}
-
-
-def own_methods(cls: type, names: tuple[str, ...]) -> bool:
-    """Whether ``cls`` takes each method of ``names`` from peregistry itself (no plugin or test
-    overrides it): a call's validation may then be remembered. Answered once per class."""
-    key = (cls, names)
-    known = _OWN_METHODS.get(key)
-    if known is None:
-        known = _OWN_METHODS[key] = all(
-            getattr(getattr(cls, name), "__module__", "").startswith("peregistry.")
-            for name in names)
-    return known

@@ -5,38 +5,13 @@ params checked to be real floating arrays of the positions' framework.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._services import current_services
 from .base import Encoder
 from .context import resolve_dtype
 from .pairs import check_param_arrays
 
-if TYPE_CHECKING:
-    from .._services import Services
-    from .base import Ctx
-
-__all__ = ["LearnedParams", "check_param_arrays", "init_params", "params_backend_matches"]
-
-
-def params_backend_matches(owner: str, params: Any, ctx: Ctx, *,
-                           services: Services | None = None) -> None:
-    """Params must be arrays of the positions' framework (no silent host round trips); their
-    backends are looked up in ``services`` (the encoder's :attr:`~Encoder.services`)."""
-    if not isinstance(params, Mapping):
-        return
-    check_param_arrays(owner, params)
-    registry = current_services() if services is None else services
-    for key, v in params.items():
-        b = registry.backend_of(v)
-        if b is not ctx.backend:
-            got = b.name if b is not None else type(v).__qualname__
-            raise TypeError(
-                f"{owner}: params[{key!r}] is a {got} array but the positions are "
-                f"{ctx.backend.name}; pass positions and params of one framework "
-                f"(peregistry.convert(params, xp) moves params)"
-            )
+__all__ = ["LearnedParams", "check_param_arrays", "init_params"]
 
 
 def init_params(enc: Encoder, xp: Any, *, seed: int = 0, dtype: Any = None,
@@ -70,18 +45,9 @@ class LearnedParams(Encoder):
     """
 
     __slots__ = ()
+    _params_real_floating = True
 
     def init(self, xp: Any, *, seed: int = 0, dtype: Any = None,
              device: Any = None) -> dict[str, Any]:
         """Fresh params: :func:`init_params` of this encoder."""
         return init_params(self, xp, seed=seed, dtype=dtype, device=device)
-
-    def _check_params(self, params: Any, ctx: Ctx) -> Any:
-        check_param_arrays(self.name, params)
-        out = super()._check_params(params, ctx)
-        params_backend_matches(self.name, out, ctx, services=self._services)
-        for key, v in out.items():
-            if not ctx.xp.isdtype(v.dtype, "real floating"):
-                raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
-                                f"dtype, got {v.dtype}")
-        return out

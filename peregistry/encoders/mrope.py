@@ -53,7 +53,7 @@ from .._hooks import hookimpl
 from .._options import Option
 from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
 from ..rope.scaled import pair_cos_sin
-from ._constants import eager_constant
+from ._split_pairs import SplitRotaryTables, feature_order, rotate_split
 from .context import Ctx, resolve_dtype
 from .rotary import (
     DIRECTION,
@@ -253,29 +253,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
         freqs = self._frequencies(seq_len)
         return tuple(freqs.subset(idx) for idx in self._axis_groups()[0])
 
-    def _column_axes(self) -> tuple[int, ...] | None:
-        # without feature_axes, _half_cos_sin is the base class's; with them the table's
-        # columns are features, not pairs: computed instead
-        if (self._feature_split() is not None or type(self)._half_cos_sin is not MRope._half_cos_sin
-                or self._seq_len_dependence()[0] != "none"):
-            return None
-        return self._pair_frequencies(None)[1]
-
     def _pair_order(self) -> tuple[int, ...] | None:
         return self._axis_groups()[1]
-
-    def _pair_arrays(self, freqs: Frequencies, axis_of_pair: tuple[int, ...], positions: Any, *,
-                     ctx: Ctx) -> tuple[Any, Any] | None:
-        # kept per backend and device where the pair map and ω are this encoder's own (fixed at
-        # validation; ω depends on no sequence length) and the angles are float64
-        if (not ctx.has_float64 or axis_of_pair is not self._pair_axes()
-                or self._seq_len_dependence()[0] != "none"):
-            return None
-        xp = ctx.xp
-        return (eager_constant(self, "pair_axis_arrays", axis_of_pair, xp.int64, ctx=ctx,
-                               like=positions),
-                eager_constant(self, "omega_arrays", freqs.omega, ctx.wide, ctx=ctx,
-                               like=positions))
 
     def _pair_frequencies(self, seq_len: int | None) -> tuple[Frequencies, tuple[int, ...]]:
         # RoPE's own frequencies, already in feature order: each pair keeps its ω_i.
@@ -318,8 +297,6 @@ class MRope(MultiAxisRotary, ScaledRotary):
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
-        from ._split_pairs import feature_order  # the call machinery: imported by a call
-
         xp, h, inter = ctx.xp, self._rotary_dim() // 2, self._interleaved()
         cos = feature_order(cos[..., :h], cos[..., h:], interleaved=inter, xp=xp)
         sin = feature_order(sin[..., :h], sin[..., h:], interleaved=inter, xp=xp)
@@ -334,8 +311,6 @@ class MRope(MultiAxisRotary, ScaledRotary):
         pos = self._positions(pos, ctx)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
-        from ._split_pairs import SplitRotaryTables
-
         return SplitRotaryTables(cos, sin, layout=self._values["layout"],
                                  head_dim=self._head_dim(), owner=self.name, ctx=ctx,
                                  rotary_features=self._values["rotary_features"])
@@ -347,12 +322,12 @@ class MRope(MultiAxisRotary, ScaledRotary):
         if self._feature_split() is None:
             return super()._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
                                    native=native)
-        from ._split_pairs import rotate_split
-
-        kw: dict[str, Any] = {"rotary_dim": self._rotary_dim(), "interleaved": self._interleaved(),
-              "last": self._rotary_last(), "native": native, "text": positions is None}
-        x, call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len)
-        return rotate_split(x, cos, sin, cdt=call.cdt, xp=call.ctx.xp, **kw)
+        call = self._rotate_call(x, positions, offset, params, seq_len)
+        cos, sin = self._rotation_tables(call)
+        spec = self._rotation
+        return rotate_split(call.x, cos, sin, rotary_dim=spec.rotary_dim,
+                            interleaved=spec.interleaved, last=spec.last, cdt=call.cdt,
+                            xp=call.ctx.xp, native=native, text=positions is None)
 
 
 @hookimpl

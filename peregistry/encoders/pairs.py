@@ -6,7 +6,7 @@ namespace, backend, device) from the public method and never looks the namespace
   the namespace's indexing dtype, so ``uint8`` positions cannot wrap around);
 * :func:`gather` — rows of a table at integer indices of any shape (the standard's ``take``
   accepts 1-D indices only);
-* :func:`index_dtype`, :func:`as_index` — the namespace's indexing dtype, and positions in it;
+* :func:`index_dtype` — the namespace's indexing dtype;
 * :func:`compute_dtype` — float32 or wider: the dtype to do arithmetic in for a given output;
 * :func:`pair_batch_shape`, :func:`pair_inputs` — the broadcast of ``(..., Q)`` and ``(..., K)``
   and the common front of ``bias``/``embed`` (the base classes call it; plugins need not).
@@ -22,27 +22,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import Ctx, Encoder
 
-__all__ = ["as_index", "check_param_arrays", "compute_dtype", "distance", "gather", "index_dtype",
+__all__ = ["check_param_arrays", "compute_dtype", "distance", "gather", "index_dtype",
            "pair_batch_shape", "pair_inputs"]
 
 
 def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
-                params: Any) -> tuple[Ctx, Any, Any, Any, tuple[int, ...]]:
+                params: Any) -> tuple[Ctx, Any, Any, Mapping[str, Any]]:
     """The common front of ``bias``/``embed``: one namespace for positions *and* params (so a
-    Python list of positions follows torch params), validated positions, validated params and
-    the broadcast batch shape."""
-    extra: tuple[Any, ...] = ()
-    names: tuple[str, ...] = ("q_positions", "k_positions")
+    Python list of positions follows torch params), validated positions (whose leading axes
+    broadcast) and validated params."""
+    arrays: tuple[Any, ...] = (q_positions, k_positions)
+    names = ["q_positions", "k_positions"]
     if isinstance(params, Mapping):
         check_param_arrays(enc.name, params)
-        extra = tuple(params.values())
-        names += tuple(f"params[{key!r}]" for key in params)
-    ctx, arrays = enc._context(q_positions, k_positions, *extra, names=names)
-    q = enc._positions(arrays[0], ctx, what="q_positions")
-    k = enc._positions(arrays[1], ctx, what="k_positions")
-    batch = pair_batch_shape(enc.name, q, k)
-    prepared = enc._check_params(params, ctx)
-    return ctx, q, k, prepared, batch
+        arrays += tuple(params.values())
+        for key in params:
+            names.append(f"params[{key!r}]")
+    ctx, got = enc._context(*arrays, names=tuple(names))
+    q = enc._positions(got[0], ctx, what="q_positions")
+    k = enc._positions(got[1], ctx, what="k_positions")
+    if q.ndim != 1 or k.ndim != 1:
+        pair_batch_shape(enc.name, q, k)
+    return ctx, q, k, enc._check_params(params, ctx)
 
 
 def check_param_arrays(owner: str, params: Any) -> None:
@@ -83,15 +84,12 @@ def index_dtype(ctx: Ctx) -> Any:
     return ctx.backend.index_dtype(ctx.device)
 
 
-def as_index(positions: Any, ctx: Ctx) -> Any:
-    """``positions`` in the namespace's indexing dtype (no copy if already)."""
-    dt = index_dtype(ctx)
-    return positions if positions.dtype == dt else ctx.xp.astype(positions, dt)
-
-
 def distance(q: Any, k: Any, *, ctx: Ctx) -> Any:
-    """``k - q`` of shape ``(*batch, Q, K)``: ``d[..., i, j] = k[..., j] - q[..., i]``."""
-    qi, ki = as_index(q, ctx), as_index(k, ctx)
+    """``k - q`` of shape ``(*batch, Q, K)``: ``d[..., i, j] = k[..., j] - q[..., i]``, in the
+    indexing dtype (widened first: narrow positions cannot wrap around)."""
+    idt, xp = ctx.backend.index_dtype(ctx.device), ctx.xp
+    qi = q if q.dtype == idt else xp.astype(q, idt)
+    ki = k if k.dtype == idt else xp.astype(k, idt)
     return ki[..., None, :] - qi[..., :, None]  # indexing adds the axes (cheaper than expand_dims)
 
 

@@ -27,53 +27,81 @@ This module is a plugin like any other: it is the ``relative`` entry point of th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+import struct
+from collections.abc import Mapping
+from typing import Any
 
-from .. import _lazy
+import peregistry.rope._delegation as _delegation
+
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
-from ._angles import Frequencies, cos_sin
-from ._constants import eager_constant
-from ._pair_ops import (
-    alibi_slopes,
-    as_dtype,
-    clip_int,
-    int_distance,
-    pair_difference,
-    size_of,
-    t5_bucket,
-)
-from ._row_tables import (
-    PairValues,
-    index_bounds,
-    int_range,
-    kept_pairs,
-    kept_rows,
-    pair_bounds,
-    pair_operand,
-    pair_reach,
-    pair_values,
-    step_entries,
-    step_magnitudes,
-    step_rows,
-)
-from .base import Ctx, Encoder
+from ..rope._angles import Frequencies, cos_sin
+from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
 from .learned_params import LearnedParams
-from .pairs import compute_dtype, gather, index_dtype
-from .relative_calls import RememberedBias, RememberedEmbedding
+from .pairs import compute_dtype, distance, index_dtype
 from .sinusoidal import sinusoidal_frequencies
-
-if TYPE_CHECKING:
-    from ..rope import _delegation
-else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    _delegation = _lazy.delegation(globals())
 
 __all__ = ["ALiBi", "Shaw", "T5Bias", "TransformerXL", "alibi_slopes", "t5_bucket"]
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (as a Python float)."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def t5_bucket(relative_position: int, *, bidirectional: bool = True, num_buckets: int = 32,
+              max_distance: int = 128) -> int:
+    """The T5 bucket of one relative position ``k - q`` (memory minus query), on the host.
+
+    Mirrors Hugging Face ``T5Attention._relative_position_bucket`` (from Mesh TensorFlow's
+    ``_relative_position_bucket``) operation by operation, including its float32 logarithm::
+
+        bidirectional: half the buckets for k - q > 0, half for k - q <= 0; n = |k - q|
+        causal:        n = max(q - k, 0)   (every future key shares bucket 0 with k = q)
+        n < max_exact (= buckets/2):  bucket n            (exact)
+        else: max_exact + int(log(n / max_exact) / log(max_distance / max_exact)
+                              · (buckets - max_exact)),  at most buckets - 1   (logarithmic)
+    """
+    nb = num_buckets
+    ret = 0
+    n = relative_position
+    if bidirectional:
+        nb //= 2
+        ret += nb if n > 0 else 0
+        n = abs(n)
+    else:
+        n = max(-n, 0)
+    max_exact = nb // 2
+    if n < max_exact:
+        return ret + n
+    # float32 throughout, as torch computes it: log(float32(n) / max_exact) / log(M / max_exact)
+    r = _f32(_f32(float(n)) / _f32(float(max_exact)))
+    v = _f32(_f32(_f32(math.log(r)) / _f32(math.log(max_distance / max_exact)))
+             * _f32(float(nb - max_exact)))
+    return ret + min(max_exact + int(v), nb - 1)
+
+
+def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
+    """Head slopes of ALiBi (Press et al. 2022, §3), as the paper's reference ``get_slopes``.
+
+    For ``n`` a power of two: the geometric sequence ``r, r², …, rⁿ`` with ``r = 2^(-B/n)``,
+    ``B = max_bias`` (8 in the paper; ``n = 8``: ``1/2, 1/4, …, 1/256``). Otherwise, with ``p``
+    the largest power of two below ``n``: the ``p`` slopes of ``p`` heads, then every other slope
+    of ``2p`` heads (``2^(-B/2p)^(1, 3, 5, …)``) for the remaining ``n - p`` heads.
+    """
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** -(max_bias / n)  # B/n and 8/n are exact: n is a power of two
+        return [start * start**i for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        return power_of_2(num_heads)
+    p = 2 ** math.floor(math.log2(num_heads))
+    return power_of_2(p) + alibi_slopes(2 * p, max_bias)[0::2][: num_heads - p]
+
+
 # -- T5 ------------------------------------------------------------------------------------------
-class T5Bias(LearnedParams, RememberedBias):
+class T5Bias(LearnedParams, BiasEncoder):
     """T5 relative attention bias: a learned scalar per head for each bucket of ``k - q``.
 
     ``bias[..., h, i, j] = table[bucket(k_j - q_i), h]`` with the buckets of
@@ -138,104 +166,34 @@ class T5Bias(LearnedParams, RememberedBias):
         the same namespace: ``T5Attention._relative_position_bucket`` for this encoder."""
         ctx, (d,) = self._context(relative_positions, names=("relative_positions",))
         d = self._positions(d, ctx, what="relative_positions")
-        idx = self._lut_index(d, ctx=ctx)
-        lut = ctx.constant(list(self._cache["lut"]), index_dtype(ctx))
+        idt = index_dtype(ctx)
+        idx = self._lut_index(d if d.dtype == idt else ctx.xp.astype(d, idt), ctx=ctx)
+        lut = ctx.constant(list(self._cache["lut"]), idt)
         return ctx.xp.reshape(ctx.xp.take(lut, ctx.xp.reshape(idx, (-1,))), tuple(d.shape))
 
     def _lut_index(self, d: Any, *, ctx: Ctx) -> Any:
-        m = int(self._values["max_distance"])
-        return clip_int(as_dtype(d, index_dtype(ctx), xp=ctx.xp), m, xp=ctx.xp) + m
+        """The row of the lookup table of each ``k - q`` (integers in the index dtype):
+        ``clip(d, -M, M) + M``."""
+        m = self._values["max_distance"]
+        return _delegation.clip_int(d, -m, m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp, table = ctx.xp, params["table"]
-        m = int(self._values["max_distance"])
-        # Few pairs: each pair's bias at its bucket of the transposed table or (torch: one flat
-        # take) at its row offset (bucket x heads) plus each head. Many: the bias of each clipped
-        # distance (H, 2M+1), then one gather per pair. (Each path gathers alike, kept or not.)
-        flat = _delegation.gathers_flat(table, xp=xp)
-        scale = int(self._values["num_heads"]) if flat else 1
-        entries: Any = None
-        idx: Any = None
-        values = pair_values(q, k, ctx=ctx)  # short eager positions: what they decide is kept
-        if values is None:
-            idx = self._lut_indices(q, k, ctx=ctx)  # (*batch, Q, K)
-            if size_of(idx) <= 2 * m + 1:
-                entries = self._entries_at(idx, scale, ctx=ctx, like=idx)
-        elif len(values[0]) * len(values[1]) <= 2 * m + 1:
-            entries = pair_operand(  # (one query: a decode step's slice, if it is one)
-                self, "row offsets" if flat else "buckets", values,
-                build=lambda: self._pair_entries(q, k, values, scale, ctx=ctx),
-                step=self._entry_vector(scale) if len(values[0]) == 1 else None,
-                dtype=index_dtype(ctx), ctx=ctx)
-        else:
-            idx = kept_pairs(self, "lookup", values, ctx=ctx,
-                             build=lambda: self._lut_indices(q, k, ctx=ctx))
-        if entries is None:
-            lut = eager_constant(self, ("lut_arrays", 1), self._entries(1), idx.dtype, ctx=ctx,
-                                 like=idx)
-            out = gather(gather(table.T, lut, axis=1, ctx=ctx), idx, axis=1, ctx=ctx)
-        elif flat:
-            heads = eager_constant(self, "head_arrays", range(scale), entries.dtype, ctx=ctx,
-                                   like=None if values else entries, shape=(scale, 1, 1))
-            if entries.ndim != 2:
-                heads = xp.reshape(heads, (scale, *(1,) * entries.ndim))
-            out = _delegation.take_flat(table, entries + heads, xp=xp)
-        else:
-            out = gather(table.T, entries, axis=1, ctx=ctx)
+        xp, table, take = ctx.xp, params["table"], ctx.backend.take
+        m = self._values["max_distance"]
+        idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
+        lut = xp.asarray(self._cache["lut"], dtype=idx.dtype, device=ctx.device)
+        if math.prod(idx.shape) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
+            out = take(table.T, take(lut, idx, axis=0), axis=1)
+        else:  # many: the bias of each clipped distance (H, 2M+1), then each pair's
+            out = take(take(table.T, lut, axis=1), idx, axis=1)
         nb = len(out.shape) - 3  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
         return out
 
-    def _entries(self, scale: int) -> tuple[int, ...]:
-        """The bucket of each clipped distance (the lookup table made at construction, or set
-        by a subclass after ``__init__``) times ``scale``: 1, or the heads (row offsets)."""
-        lut: tuple[int, ...] = self._cache["lut"]
-        if scale == 1:
-            return lut
-        kept: tuple[int, ...] | None = self._cache.get("row_offsets")
-        if kept is None:
-            kept = self._cache["row_offsets"] = tuple(b * scale for b in lut)
-        return kept
-
-    def _entries_at(self, idx: Any, scale: int, *, ctx: Ctx, like: Any) -> Any:
-        """The entry (:meth:`_entries`) at each lookup index ``idx``."""
-        lut = eager_constant(self, ("lut_arrays", scale), self._entries(scale), idx.dtype,
-                             ctx=ctx, like=like)
-        return gather(lut, idx, axis=0, ctx=ctx)
-
-    def _entry_vector(self, scale: int) -> Callable[[], tuple[int, ...]] | None:
-        """The entry of each clipped distance in ``[-STEP_REACH, STEP_REACH]`` (a decode step's
-        slice), made on first need, with this class's :meth:`_lut_index` only."""
-        if type(self)._lut_index is not T5Bias._lut_index:
-            return None
-        m = int(self._values["max_distance"])
-        return lambda: step_entries(self, ("step_entries", scale),
-                                    lambda d: self._entries(scale)[min(max(d, -m), m) + m])
-
-    def _pair_entries(self, q: Any, k: Any, values: PairValues, scale: int, *, ctx: Ctx) -> Any:
-        """The entry of each pair of short eager positions (``values`` read from them),
-        ``(Q, K)``: where no distance reaches ``max_distance`` (nothing to clip) and
-        :meth:`_lut_index` is this class's, each distance's entry read from a vector laid out
-        so that a negative distance counts from the end (two operations fewer)."""
-        m = int(self._values["max_distance"])
-        if type(self)._lut_index is T5Bias._lut_index and pair_reach(values) <= m:
-            wrapped = self._cache.get(("wrapped", scale))
-            if wrapped is None:
-                entries = self._entries(scale)
-                wrapped = self._cache[("wrapped", scale)] = entries[m:] + entries[:m]
-            vector = eager_constant(self, ("wrapped_arrays", scale), wrapped, index_dtype(ctx),
-                                    ctx=ctx, like=None)  # (values read: no trace)
-            return _delegation.take_differences(vector, q, k, ctx=ctx)
-        return self._entries_at(self._lut_indices(q, k, ctx=ctx), scale, ctx=ctx, like=None)
-
-    def _lut_indices(self, q: Any, k: Any, *, ctx: Ctx) -> Any:
-        """``clip(k_j - q_i, -M, M) + M`` of each pair, ``(*batch, Q, K)``, in the index dtype."""
-        return self._lut_index(int_distance(q, k, index_dtype(ctx), xp=ctx.xp), ctx=ctx)
-
 
 # -- ALiBi ---------------------------------------------------------------------------------------
-class ALiBi(RememberedBias):
+class ALiBi(BiasEncoder):
     """ALiBi linear biases: ``bias[..., h, i, j] = -m_h · |q_i - k_j|`` (Press et al. 2022).
 
     The symmetric form (``|q - k|``) serves encoders and, under a causal mask, equals the paper's
@@ -258,38 +216,27 @@ class ALiBi(RememberedBias):
                       doc="B in the slopes 2^(-B·h/n): 8 in the paper; MPT's and keras-hub's "
                           "alibi_bias_max")
 
+    def _validate(self) -> None:  # host constants of the options, made once
+        self._cache["slopes"] = tuple(alibi_slopes(self._values["num_heads"],
+                                                   self._values["max_bias"]))
+
     @property
     def slopes(self) -> tuple[float, ...]:
         """The ``num_heads`` slopes ``m_h`` (float64, host)."""
-        s = self._cache.get("slopes")
-        if s is None:
-            s = self._cache["slopes"] = tuple(alibi_slopes(int(self._values["num_heads"]),
-                                                           float(self._values["max_bias"])))
-        return tuple(s)
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        _ = self.slopes  # computed once here, so tracing never sees the cache change
+        return self._cache["slopes"]  # type: ignore[no-any-return]
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
-
-        def negated() -> Any:
-            # -|k - q| as (*batch, 1, Q, K), exact below 2**24: negated as integers, so that the
-            # diagonal is +0.0 (as 0.0 - x gives; torch's float scalar minus a tensor costs more)
-            d = int_distance(q, k, index_dtype(ctx), xp=xp)
-            return xp.expand_dims(xp.astype(-xp.abs(d), cdt), axis=-3)
-
-        neg = pair_operand(self, "negated distances", pair_values(q, k, ctx=ctx), build=negated,
-                           step=step_magnitudes, dtype=cdt, extra=cdt, ctx=ctx)
-        m = eager_constant(self, "slopes_arrays", self.slopes, cdt, ctx=ctx, like=neg,
-                            shape=(-1, 1, 1))
-        return neg * m
+        # -|k - q| as (*batch, 1, Q, K), exact below 2**24: negated as integers, so that the
+        # diagonal is +0.0 (as 0.0 - x gives)
+        neg = xp.expand_dims(xp.astype(-xp.abs(distance(q, k, ctx=ctx)), cdt), axis=-3)
+        slopes = xp.asarray(self.slopes, dtype=cdt, device=ctx.device)
+        return neg * xp.reshape(slopes, (-1, 1, 1))
 
 
 # -- Shaw ----------------------------------------------------------------------------------------
-class Shaw(LearnedParams, RememberedEmbedding):
+class Shaw(LearnedParams, RelativeEmbedding):
     """Shaw et al. 2018 relative position representations (eq. 3–4): one learned vector per
     clipped distance, ``embed[..., i, j, :] = table[clip(k_j - q_i, -M, M) + M]``."""
 
@@ -308,17 +255,9 @@ class Shaw(LearnedParams, RememberedEmbedding):
         return {"table": (2 * m + 1, int(self._values["dim"]))}
 
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        m = int(self._values["max_distance"])
-
-        def rows() -> Any:  # the table row of each pair, (*batch, Q, K)
-            d = int_distance(q, k, index_dtype(ctx), xp=ctx.xp)
-            return (d if values is not None and pair_reach(values) <= m  # (none clipped)
-                    else clip_int(d, m, xp=ctx.xp)) + m
-
-        values = pair_values(q, k, ctx=ctx)  # short eager positions: their rows are kept
-        idx = pair_operand(self, "rows", values, build=rows, step=lambda: step_entries(
-            self, "step_rows", lambda d: min(max(d, -m), m) + m), dtype=index_dtype(ctx), ctx=ctx)
-        return gather(params["table"], idx, axis=0, ctx=ctx)
+        m = self._values["max_distance"]
+        idx = _delegation.clip_int(distance(q, k, ctx=ctx), -m, m, xp=ctx.xp) + m
+        return ctx.backend.take(params["table"], idx, axis=0)  # (*batch, Q, K, dim)
 
 
 # -- Transformer-XL ------------------------------------------------------------------------------
@@ -326,7 +265,7 @@ class Shaw(LearnedParams, RememberedEmbedding):
 _BY_DISTANCE_MIN_PAIRS = 1024
 
 
-class TransformerXL(RememberedEmbedding):
+class TransformerXL(RelativeEmbedding):
     """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3):
     ``R[..., i, j, :] = [sin((q_i - k_j)·ω), cos((q_i - k_j)·ω)]``, ``ω_m = base^(-2m/dim)``
     (sines then cosines, as ``PositionalEmbedding`` of the reference code)."""
@@ -343,82 +282,28 @@ class TransformerXL(RememberedEmbedding):
     base = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
                   check=lambda b: b > 0 and b != 1.0, doc="wavelength base (10000 in the paper)")
 
+    def _validate(self) -> None:  # host constants of the options, made once
+        self._cache["freqs"] = sinusoidal_frequencies(self._values["dim"], self._values["base"])
+
     @property
     def frequencies(self) -> Frequencies:
-        """The ``dim/2`` frequencies ``ω_m`` (host constants, computed once)."""
+        """The ``dim/2`` frequencies ``ω_m`` (host constants, made at construction)."""
         return self._cache["freqs"]  # type: ignore[no-any-return]
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._cache["freqs"] = sinusoidal_frequencies(int(self._values["dim"]),
-                                                      float(self._values["base"]))
-
     def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp, f64 = ctx.xp, ctx.has_float64
-        if xp.isdtype(q.dtype, "integral") and (k.dtype == q.dtype
-                                                or xp.isdtype(k.dtype, "integral")):
+        xp = ctx.xp
+        if xp.isdtype(q.dtype, "integral") and xp.isdtype(k.dtype, "integral"):
             idt = index_dtype(ctx)  # q - k, exact in integers
-            q, k = as_dtype(q, idt, xp=xp), as_dtype(k, idt, xp=xp)
-            kept = self._kept_distances(q, k, ctx=ctx, dtype=dtype)
-            if kept is not None:
-                return kept
-            if f64 and math.prod(q.shape) * math.prod(k.shape) < _BY_DISTANCE_MIN_PAIRS:
-                return self._sin_cos(pair_difference(q, k, xp=xp), ctx=ctx)  # (.., Q, K, 1)
-            rel = pair_difference(q, k, xp=xp, trailing=False)
+            q = q if q.dtype == idt else xp.astype(q, idt)
+            k = k if k.dtype == idt else xp.astype(k, idt)
+            rel = q[..., :, None] - k[..., None, :]  # (*batch, Q, K)
             by_distance = self._by_distance(q, k, rel, ctx=ctx, dtype=dtype)
             if by_distance is not None:
                 return by_distance
-        elif f64:
-            return self._sin_cos(pair_difference(as_dtype(q, ctx.wide, xp=xp),
-                                                  as_dtype(k, ctx.wide, xp=xp), xp=xp), ctx=ctx)
         else:
-            rel = (xp.expand_dims(xp.astype(q, ctx.wide), axis=-1)
-                   - xp.expand_dims(xp.astype(k, ctx.wide), axis=-2))
-        if f64:
-            return self._sin_cos(rel[..., None], ctx=ctx)
+            rel = xp.astype(q, ctx.wide)[..., :, None] - xp.astype(k, ctx.wide)[..., None, :]
         cos, sin = cos_sin(rel, self.frequencies, ctx=ctx)
         return xp.concat((sin, cos), axis=-1)
-
-    def _sin_cos(self, rel: Any, *, ctx: Ctx) -> Any:
-        """``[sin(rel·ω), cos(rel·ω)]`` for ``rel`` ``(..., 1)`` (integer, or float64): the
-        float64 angles of :func:`~peregistry.rope._angles.cos_sin`, with ``ω`` kept as an array
-        per backend, device and dtype."""
-        freqs = self.frequencies
-        omega = eager_constant(self, "omega_arrays", freqs.omega, ctx.wide, ctx=ctx, like=rel)
-        # rel (..., 1) broadcasts against ω as one position per pair would
-        cos, sin = cos_sin(rel, freqs, ctx=ctx, per_pair=True, omega=omega)
-        return ctx.xp.concat((sin, cos), axis=-1)
-
-    def _kept_distances(self, q: Any, k: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
-        """Eager integer ``q``, ``k``: the rows at ``q - k`` of a table of the distances
-        ``-n/2 .. n/2 - 1`` kept across calls (:mod:`._row_tables`), of ``dtype``, or a decode
-        step's slice of a table of rows by distance; None where no table serves them."""
-        xp, width = ctx.xp, int(self._values["dim"])
-
-        def build(d: Any) -> Any:  # one angle per distance, as _embed computes each pair's
-            if ctx.has_float64:
-                return self._sin_cos(xp.reshape(d, (-1, 1)), ctx=ctx)
-            cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
-            return xp.concat((sin, cos), axis=-1)
-
-        values = pair_values(q, k, ctx=ctx)
-        if values is not None:  # short eager positions: a decode step's rows, or kept distances
-            rows = step_rows(self, "distances", values, width=width, ctx=ctx, dtype=dtype,
-                             build=lambda d: build(-d), like=q)  # (q - k = -d)
-            if rows is not None:
-                return rows
-            rel = kept_pairs(self, "distances", values, ctx=ctx,
-                             build=lambda: pair_difference(q, k, xp=xp, trailing=False))
-            bounds = pair_bounds(values)
-        else:
-            qb = index_bounds(q, ctx=ctx)
-            kb = qb if k is q or qb is None else index_bounds(k, ctx=ctx)  # (self-attention)
-            if qb is None or kb is None:
-                return None
-            rel = pair_difference(q, k, xp=xp, trailing=False)  # q - k
-            bounds = (qb[0] - kb[1], qb[1] - kb[0])
-        return kept_rows(self, "distances", rel, bounds=bounds, width=width, ctx=ctx,
-                         dtype=dtype, build=build, centered=True)
 
     def _by_distance(self, q: Any, k: Any, rel: Any, *, ctx: Ctx, dtype: Any) -> Any | None:
         """The embeddings as rows of a table with one row per distance ``d`` in
@@ -429,10 +314,10 @@ class TransformerXL(RememberedEmbedding):
         or the table would not be smaller than the pairs."""
         if ctx.backend.is_tracing(rel):  # values unknown (and no generators under Dynamo)
             return None
-        pairs = size_of(rel)
+        pairs = math.prod(rel.shape)
         if pairs < _BY_DISTANCE_MIN_PAIRS:  # reading the range would cost more than it saves
             return None
-        qb, kb = int_range(q, ctx=ctx), int_range(k, ctx=ctx)
+        qb, kb = _int_range(q, ctx=ctx), _int_range(k, ctx=ctx)
         if qb is None or kb is None:
             return None
         low, high = qb[0] - kb[1], qb[1] - kb[0]
@@ -442,7 +327,16 @@ class TransformerXL(RememberedEmbedding):
         d = xp.arange(low, high + 1, dtype=rel.dtype, device=ctx.device)
         cos, sin = cos_sin(d, self.frequencies, ctx=ctx)
         table = xp.astype(xp.concat((sin, cos), axis=-1), dtype)
-        return gather(table, rel - low if low else rel, axis=0, ctx=ctx)
+        return ctx.backend.take(table, rel - low if low else rel, axis=0)
+
+def _int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
+    """``(min, max)`` of a non-empty integer array as Python ints; None if it is empty, a
+    tracer's, or on a device where reading values would synchronize it."""
+    if ctx.backend.is_tracing(a) or math.prod(a.shape) == 0:
+        return None
+    if not _delegation.reads_cheaply(a, xp=ctx.xp):
+        return None
+    return _delegation.int_bounds(a, ctx=ctx)
 
 
 @hookimpl

@@ -28,9 +28,7 @@ from typing import Any
 
 from .._hooks import hookimpl
 from .._options import Option
-from ._angles import Frequencies, cos_sin
-from ._constants import eager_constant
-from ._row_tables import index_bounds, kept_rows
+from ..rope._angles import Frequencies, angles
 from .base import AbsoluteEncoder, Ctx
 
 __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
@@ -38,7 +36,10 @@ __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
 
 def sinusoidal_frequencies(dim: int, base: float) -> Frequencies:
     """``ω_i = base^(-2i/dim)`` for ``i = 0 … dim/2 - 1``, in float64 on the host."""
-    return Frequencies.from_omega(base ** (-2.0 * i / dim) for i in range(dim // 2))
+    omega = []
+    for i in range(dim // 2):
+        omega.append(base ** (-2.0 * i / dim))
+    return Frequencies.from_omega(omega)
 
 
 class Sinusoidal(AbsoluteEncoder):
@@ -57,36 +58,23 @@ class Sinusoidal(AbsoluteEncoder):
     layout = Option(str, "interleaved", choices=("interleaved", "split"),
                     doc="'interleaved' = sin,cos,sin,cos...; 'split' = all sines, then cosines")
 
+    def _validate(self) -> None:
+        # host constants of the options, made once (a trace never runs this code)
+        self._cache["freqs"] = sinusoidal_frequencies(self._values["dim"], self._values["base"])
+
     @property
     def frequencies(self) -> Frequencies:
-        """The ``dim/2`` angular frequencies ``ω_i`` (host constants, computed once)."""
-        freqs = self._cache.get("freqs")
-        if freqs is None:
-            freqs = self._cache["freqs"] = sinusoidal_frequencies(self.dim, self.base)
-        return freqs
+        """The ``dim/2`` angular frequencies ``ω_i`` (host constants, made at construction)."""
+        return self._cache["freqs"]  # type: ignore[no-any-return]
 
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
-        # eager integer positions: rows of a table of positions 0 .. n-1 kept across calls
-        bounds = index_bounds(positions, ctx=ctx)
-        if bounds is not None:
-            rows = kept_rows(self, "positions", positions, bounds=bounds, width=self.dim,
-                             ctx=ctx, dtype=ctx.wide,
-                             build=lambda i: self._computed(i, ctx=ctx))
-            if rows is not None:
-                return rows
-        return self._computed(positions, ctx=ctx)
-
-    def _computed(self, positions: Any, *, ctx: Ctx) -> Any:
         xp = ctx.xp
-        omega = None  # with float64, ω kept as an array per backend, device and dtype
-        if ctx.has_float64:
-            omega = eager_constant(self, "omega_arrays", self.frequencies.omega, ctx.wide,
-                                   ctx=ctx, like=positions)
-        cos, sin = cos_sin(positions, self.frequencies, ctx=ctx, omega=omega)
-        if self.layout == "split":
+        theta = angles(positions, self._cache["freqs"], ctx=ctx)
+        sin, cos = xp.sin(theta), xp.cos(theta)
+        if self._values["layout"] == "split":
             return xp.concat((sin, cos), axis=-1)
         # [s0 s1 ..], [c0 c1 ..] -> [s0 c0 s1 c1 ..]
-        return xp.reshape(xp.stack((sin, cos), axis=-1), (*positions.shape, self.dim))
+        return xp.reshape(xp.stack((sin, cos), axis=-1), (*positions.shape, self._values["dim"]))
 
 
 @hookimpl

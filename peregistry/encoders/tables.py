@@ -8,15 +8,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .. import _lazy
-from ._pair_ops import size_of
+import peregistry.rope._delegation as _delegation
+
 from .pairs import index_dtype
 
 if TYPE_CHECKING:
-    from ..rope import _delegation
     from .base import Ctx
-else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    _delegation = _lazy.delegation(globals())
 
 __all__ = ["check_index_range", "linear_resize", "linear_resize_plan", "nan_where"]
 
@@ -34,7 +31,7 @@ def check_index_range(owner: str, idx: Any, n: int, *, what: str, option: str,
     xp = ctx.xp
     if not ctx.backend.is_tracing(idx):
         # (short arrays read as a list; None where an enclosing JAX trace stages the reading)
-        bounds = _delegation.int_bounds(idx, ctx=ctx) if size_of(idx) else (0, 0)
+        bounds = _delegation.int_bounds(idx, ctx=ctx) if math.prod(idx.shape) else (0, 0)
         if bounds is not None:
             lo, hi = bounds
             if lo < 0 or hi >= n:

@@ -19,18 +19,16 @@ Layers, each importing only the ones above it:
    :class:`RotaryTables` (``q, k = enc.tables(ids).rotate_all(q, k)``), through the one
    dispatch to framework fast paths (torch's C kernel, cache-blocked and DTensor paths; a fusion
    boundary under ``torch.compile``/``jax.jit``), bit for bit the reference.
-3. **the base classes**: :class:`RotaryEncoder` (``rotate``, ``cos_sin``, ``tables``, eager
-   table caches; a subclass gives :meth:`~RotaryEncoder._half_cos_sin`), :class:`ScaledRotary`
+3. **the base classes**: :class:`RotaryEncoder` (``rotate``, ``cos_sin``, ``tables``; a
+   subclass gives :meth:`~RotaryEncoder._half_cos_sin`), :class:`ScaledRotary`
    (RoFormer frequencies with a ``scaling`` option) and :class:`MultiAxisRotary` (positions
    ``(num_axes, ...)``: M-RoPE, axial RoPE).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
 from ._angles import Frequencies, angles, cos_sin
+from ._apply import RotaryTables, apply_rotary, rotate_features
 from ._funcs import (
     LAYOUTS,
     Layout,
@@ -43,18 +41,10 @@ from ._funcs import (
     rotate_half_layout,
     rotate_interleaved_layout,
 )
-from ._table_cache import clear_caches, set_table_cache_bytes, table_cache_bytes
+from ._kernel import kernel_isa, kernel_status
+from ._tables import clear_caches, set_table_cache_bytes, table_cache_bytes
 from .encoder import RotaryEncoder
 from .scaled import MultiAxisRotary, ScaledRotary, ScalingState
-
-if TYPE_CHECKING:
-    from ._apply import RotaryTables, apply_rotary, rotate_features
-    from ._kernel import kernel_isa, kernel_status
-
-#: Imported on first use (PEP 562): applying tables and the C kernel's status need the framework
-#: dispatch, which building an encoder does not (peregistry/_lazy.py).
-_LAZY = {"RotaryTables": "._apply", "apply_rotary": "._apply", "rotate_features": "._apply",
-         "kernel_isa": "._kernel", "kernel_status": "._kernel"}
 
 __all__ = [
     "LAYOUTS",
@@ -83,16 +73,3 @@ __all__ = [
     "set_table_cache_bytes",
     "table_cache_bytes",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(where, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})

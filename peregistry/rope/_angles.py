@@ -27,13 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import _lazy
-
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
-    from . import _delegation
-else:  # the framework dispatch, imported by the first call (peregistry/_lazy.py)
-    _delegation = _lazy.delegation(globals())
 
 __all__ = ["Frequencies", "cos_sin"]
 
@@ -65,14 +60,19 @@ class Frequencies:
 
     @classmethod
     def from_omega(cls, omega: Iterable[float]) -> Frequencies:
-        w = tuple(float(v) for v in omega)
-        c = [v / (2 * math.pi) for v in w]
-        c1 = [_round_bits(v, 11) for v in c]
-        r = [v - v1 for v, v1 in zip(c, c1, strict=True)]
-        c2 = [_round_bits(v, 11) for v in r]
-        c3 = [_round_bits(v - v2, 24) for v, v2 in zip(r, c2, strict=True)]
-        return cls(omega=w, c1=tuple(c1), c2=tuple(c2), c3=tuple(c3),
-                   c=tuple(_round_bits(v, 24) for v in c))
+        w: list[float] = []
+        c1: list[float] = []
+        c2: list[float] = []
+        c3: list[float] = []
+        c: list[float] = []
+        for v in omega:
+            w.append(float(v))
+            turns = w[-1] / (2 * math.pi)
+            c1.append(_round_bits(turns, 11))
+            c2.append(_round_bits(turns - c1[-1], 11))
+            c3.append(_round_bits(turns - c1[-1] - c2[-1], 24))
+            c.append(_round_bits(turns, 24))
+        return cls(omega=tuple(w), c1=tuple(c1), c2=tuple(c2), c3=tuple(c3), c=tuple(c))
 
     def __len__(self) -> int:
         return len(self.omega)
@@ -91,15 +91,14 @@ def angles(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = Fal
     With ``per_pair=True`` the last axis of ``positions`` is already one position per
     frequency (``θ_i = p_i·ω_i``, of ``positions.shape``): every angle is computed by the same
     operations as without it, so to the same bits. ``omega``: ``freqs.omega`` already as an
-    array of ``ctx.wide`` (a caller that keeps it per device passes it; used with float64)."""
+    array of ``ctx.wide`` (used with float64)."""
     xp = ctx.xp
-    if not ctx.has_float64:
+    if ctx.wide != getattr(xp, "float64", None):  # (not ctx.has_float64)
         return _reduced_angles_f32(positions, freqs, ctx=ctx, per_pair=per_pair)
-    p = positions
-    if p.dtype != ctx.wide and not _delegation.promotes_exactly(xp):
-        p = xp.astype(p, ctx.wide)
-    w = ctx.constant(list(freqs.omega)) if omega is None else omega
-    return (p if per_pair else p[..., None]) * w
+    p = positions if positions.dtype == ctx.wide else xp.astype(positions, ctx.wide)
+    if omega is None:  # (ctx.constant, inline)
+        omega = xp.asarray(list(freqs.omega), dtype=ctx.wide, device=ctx.device)
+    return (p if per_pair else p[..., None]) * omega
 
 
 def cos_sin(positions: Any, freqs: Frequencies, *, ctx: Ctx, per_pair: bool = False,

@@ -3,16 +3,18 @@
 FLUX-style models build their rotary tables once per forward and rotate the queries and keys of
 every block with them; rebuilding the tables in each call would repeat the trigonometry dozens of
 times. A :class:`RotaryTables` holds half-width tables (one ``cos``/``sin`` per pair, in the
-wide dtype they were computed in), validates each tensor it rotates, casts the tables once per
-compute dtype (kept in eager mode) and rotates through the framework dispatch, so that
-``enc.tables(p).rotate(x)`` equals ``enc.rotate(x, p)`` bit for bit.
+wide dtype they were computed in), validates each tensor it rotates, casts the tables to the
+dtype the rotation runs in and rotates through the framework dispatch, so that
+``enc.tables(p).rotate(x)`` equals ``enc.rotate(x, p)`` bit for bit. It keeps nothing but the
+tables it was given.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _delegation
+import peregistry.rope._delegation as _delegation
+
 from ._funcs import Layout, broadcasts_into, check_layout
 
 if TYPE_CHECKING:
@@ -58,10 +60,11 @@ class RotaryTables:
     :meth:`peregistry.RotaryEncoder.tables` makes them from an encoder; tables of any other
     source (such as :func:`peregistry.rope.cos_sin`, or a model's own half-width tables) work
     the same. The rotation runs in ``x``'s dtype for float32 and wider, else in float32, and the
-    result has ``x``'s dtype, namespace and device.
+    result has ``x``'s dtype, namespace and device. The tables are taken as they are when the
+    object is made (it casts them to float32 then): make new ones for new values.
     """
 
-    __slots__ = ("_casts", "_ctx", "cos", "head_dim", "interleaved", "last", "owner",
+    __slots__ = ("_ctx", "_float32", "cos", "head_dim", "interleaved", "last", "owner",
                  "rotary_dim", "sin")
 
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
@@ -89,7 +92,14 @@ class RotaryTables:
                              f"features the tables rotate")
         self.head_dim = head_dim
         self._ctx = ctx
-        self._casts: dict[Any, tuple[Any, Any]] = {}
+        # Once for every tensor rotated: the tables kept apart from the rotations by a tracing
+        # compiler (not recomputed for each element), and in float32 where they are wider.
+        xp = ctx.xp
+        self.cos, self.sin = _delegation.materialize(cos, sin, xp=xp)
+        self._float32: tuple[Any, Any] | None = None
+        if xp.finfo(cos.dtype).bits > 32:
+            self._float32 = _delegation.materialize(xp.astype(cos, xp.float32),
+                                                    xp.astype(sin, xp.float32), xp=xp)
 
     @property
     def layout(self) -> Layout:
@@ -106,8 +116,10 @@ class RotaryTables:
         if not ctx.backend.owns(x):
             raise TypeError(f"{self.owner}: x must be an array of {ctx.backend.name}, like the "
                             f"tables; got {type(x).__module__}.{type(x).__qualname__}")
-        if not xp.isdtype(x.dtype, "real floating"):
-            raise TypeError(f"{self.owner}: x must have a real floating dtype, got {x.dtype}")
+        if not ctx.backend.is_float_dtype(x.dtype):
+            raise TypeError(f"{self.owner}: x must have a real floating dtype of "
+                            f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
+                            f"got {x.dtype}")
         shape = tuple(x.shape)
         want = "" if self.head_dim is None else f" == {self.head_dim}"
         if (len(shape) == 0 or (self.head_dim is not None and shape[-1] != self.head_dim)
@@ -118,29 +130,20 @@ class RotaryTables:
         if not broadcasts_into(batch, shape[:-1]):
             raise ValueError(f"{self.owner}: tables of positions {batch} do not broadcast against "
                              f"x.shape[:-1]={shape[:-1]}")
-        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
-        cos, sin = self._cast(cdt)
+        # float32 and wider rotate in their own dtype, narrower ones in float32
+        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else xp.float32
+        cos, sin = self.cos, self.sin
+        if cdt != cos.dtype:  # the tables in the dtype the rotation runs in
+            if self._float32 is not None and cdt == xp.float32:
+                cos, sin = self._float32
+            else:
+                cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
         return rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
                                interleaved=self.interleaved, last=self.last, cdt=cdt, xp=xp)
 
     def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
         """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
-        return tuple(self.rotate(x) for x in xs)
-
-    def _cast(self, cdt: Any) -> tuple[Any, Any]:
-        """The tables in ``cdt``, passed through the compiler's fusion boundary; kept per dtype
-        in eager mode."""
-        have = self._casts.get(cdt)
-        if have is not None:
-            return have
-        ctx, xp = self._ctx, self._ctx.xp
-        cos, sin = self.cos, self.sin
-        if cos.dtype != cdt:
-            cos, sin = xp.astype(cos, cdt), xp.astype(sin, cdt)
-        cos, sin = _delegation.materialize(cos, sin, xp=xp)
-        if _delegation.cacheable(cos, ctx=ctx):
-            self._casts[cdt] = (cos, sin)
-        return cos, sin
+        return tuple([self.rotate(x) for x in xs])
 
 
 def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: Layout = "half") -> Any:

@@ -12,9 +12,11 @@ standard lacks.
   program per shape (:mod:`peregistry._jax_eager`) instead of one per operation.
 * :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
   ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
-* :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply` — the
-  questions the eager position table asks before it keeps or reads an array.
+* :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply`,
+  :func:`rows_pay_off` — the questions asked before an array is kept in the store of tables,
+  or its values read on the host.
 * :func:`wide_int` — the integer dtype positions ``offset + arange(seq)`` are computed in.
+* :func:`take_last` — a gather along the last axis (M-RoPE's position of each pair).
 * :func:`clip_int` — ``clip`` of an integer array by Python ints (the pair kinds' distances).
 
 :mod:`._torch` and :mod:`._jax` import their framework only inside their functions, so that
@@ -24,13 +26,14 @@ importing the engine imports no framework.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+import peregistry.rope._jax as _jax
+import peregistry.rope._torch as _torch
+
 from .._jax_eager import is_jax_namespace as _is_jax
 from .._jax_eager import is_tracer as _is_tracer
-from . import _jax, _torch, _torch_pairs
 from ._funcs import Layout, apply_rotation, full_width
 
 if TYPE_CHECKING:
@@ -45,18 +48,10 @@ __all__ = [
     "half_cos_sin",
     "int_bounds",
     "materialize",
-    "promotes_exactly",
-    "read_ints",
-    "read_one",
     "reads_cheaply",
     "rotate",
     "rows_pay_off",
-    "short_ints",
-    "take_entries",
     "take_last",
-    "take_wrapped",
-    "token_reader",
-    "values_token",
     "wide_int",
 ]
 
@@ -174,14 +169,6 @@ def cache_scope(xp: Any) -> AbstractContextManager[Any]:
     return nullcontext()
 
 
-def fresh_copy(x: Any, *, xp: Any) -> Any:
-    """A copy of ``x`` that shares no memory with it (of what a cache keeps, to hand out)."""
-    name = getattr(xp, "__name__", None)  # (the framework's own copy: a third less than asarray)
-    if name in _TORCH_NAMES:
-        return x.clone()
-    return x.copy() if name in _NUMPY_NAMES else xp.asarray(x, copy=True)
-
-
 def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     """``(min, max)`` of a non-empty integer array as Python ints, or None if they cannot be read
     now (inside a trace). A short 1-D NumPy or CPU torch array is read as a list
@@ -200,30 +187,6 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     return int(lo), int(hi)
 
 
-def read_one(x: Any, *, ctx: Ctx) -> int | None:
-    """The value of a one-element integer array that no trace holds (the caller checked), as a
-    Python int; None if an enclosing trace stages reading it (JAX stages even operations on
-    concrete arrays inside ``jax.jit``)."""
-    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
-        return int(x)  # an eager tensor of one element, any shape: no staging, no reshape
-    if _is_jax(ctx.xp):
-        values = _jax.read_ints(x)
-        return None if values is None else values[0]
-    one = ctx.xp.reshape(x, ())
-    if ctx.backend.is_tracing(one):
-        return None
-    return int(one)
-
-
-def promotes_exactly(xp: Any) -> bool:
-    """Whether ``p * ω`` with integer or narrower real ``p`` and a float64 ``ω`` converts ``p``
-    to float64 inside the product, as the cast the standard needs would, to the same bits (one
-    operation fewer on every small call): torch and NumPy; the standard leaves mixed kinds
-    undefined."""
-    name = getattr(xp, "__name__", None)
-    return name in _TORCH_NAMES or name in _NUMPY_NAMES
-
-
 def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
     """``x`` indexed along its last axis by a 1-D index of non-negative integers: one
     operation (array-api-compat's torch ``take`` first maps negative indices, three more)."""
@@ -232,81 +195,12 @@ def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
     return xp.take(x, idx, axis=x.ndim - 1)
 
 
-def take_entries(x: Any, idx: Any, *, xp: Any) -> Any:
-    """The entries of ``x`` at flat (row-major) indices ``idx``, shaped as ``idx``: one
-    operation on torch and NumPy (``take`` of the flattened array), else a flatten, a standard
-    1-D ``take`` and a reshape."""
-    name = getattr(xp, "__name__", None)
-    if name in _TORCH_NAMES:
-        return sys.modules["torch"].take(x, idx)
-    if name in _NUMPY_NAMES:
-        return sys.modules["numpy"].take(x, idx)
-    flat = xp.take(xp.reshape(x, (-1,)), xp.reshape(idx, (-1,)), axis=0)
-    return xp.reshape(flat, tuple(idx.shape))
-
-
-def take_wrapped(table: Any, idx: Any, *, ctx: Ctx) -> Any:
-    """Rows of ``table`` at integer ``idx`` in ``[-n, n)``, a negative index counting from the
-    end as Python's indexing does: torch's and NumPy's gathers do so themselves; elsewhere
-    ``idx % n`` first (the standard leaves negative indices of ``take`` unspecified)."""
-    name = getattr(ctx.xp, "__name__", None)
-    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
-        return ctx.backend.take(table, idx, axis=0)
-    return ctx.backend.take(table, idx % table.shape[0], axis=0)
-
-
-def take_differences(vector: Any, q: Any, k: Any, *, ctx: Ctx) -> Any:
-    """``vector[k_j - q_i]`` as ``(Q, K)``, for 1-D eager integer positions whose values were
-    read (:func:`short_ints`) and every difference within ``[-n, n)``, a negative one counting
-    from the end: the distances and one lookup (:func:`take_wrapped`). On torch one dispatched
-    call of two torch operations (a small call's cost is its count of calls)."""
-    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
-        return _torch_pairs.take_differences(vector, q, k)
-    xp, idt = ctx.xp, ctx.backend.index_dtype(ctx.device)
-    if q.dtype != idt or k.dtype != idt:  # (widened before the difference: none wraps)
-        q, k = xp.astype(q, idt), xp.astype(k, idt)
-    return take_wrapped(vector, k - xp.reshape(q, (-1, 1)), ctx=ctx)
-
-
-def gathers_flat(table: Any, *, xp: Any) -> bool:
-    """Whether a 2-D ``table`` is gathered at flat indices (``row · width + column``, one
-    ``take``) rather than along an axis: torch's own tensors, where ``torch.take`` costs a third
-    of advanced indexing. Not NumPy (the column offsets' addition costs what it saves), JAX
-    (flattening a table sharded by columns all-gathers it; compiled, the count of operations
-    matters little) nor a tensor subclass such as a DTensor (:func:`take_flat`)."""
-    return getattr(xp, "__name__", None) in _TORCH_NAMES and _torch_pairs.is_plain(table)
-
-
-def take_flat(table: Any, idx: Any, *, xp: Any) -> Any:
-    """The elements of ``table`` in row-major order at integer ``idx``, of shape ``idx.shape``:
-    torch's (where :func:`gathers_flat` says so); elsewhere the standard's ``take`` of the
-    flattened table."""
-    if getattr(xp, "__name__", None) in _TORCH_NAMES:
-        return _torch_pairs.take_flat(table, idx)
-    flat = xp.take(xp.reshape(table, (-1,)), xp.reshape(idx, (-1,)), axis=0)
-    return xp.reshape(flat, tuple(idx.shape))
-
-
 def rows_pay_off(xp: Any) -> bool:
     """Whether one decode position's row, sliced from a kept table, costs less than computing
     it: not on JAX, where each eager slice dispatches a program of its own while the
     computation runs as one compiled program (150 µs against 100 for a rotation at a new
     position, measured on a CPU)."""
     return not _is_jax(xp)
-
-
-def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
-    """The values of a small integer array that no trace holds (the caller checked), flattened,
-    as Python ints; None if an enclosing trace stages reading them."""
-    name = getattr(ctx.xp, "__name__", None)
-    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
-        return x.reshape(-1).tolist()  # type: ignore[no-any-return]  # Python ints already
-    if _is_jax(ctx.xp):
-        return _jax.read_ints(x)
-    flat = ctx.xp.reshape(x, (-1,))
-    if ctx.backend.is_tracing(flat):
-        return None
-    return [int(flat[i]) for i in range(int(flat.shape[0]))]
 
 
 def short_ints(x: Any, *, ctx: Ctx, limit: int) -> tuple[int, ...] | None:
@@ -340,30 +234,6 @@ def reads_cheaply(x: Any, *, xp: Any) -> bool:
     return True
 
 
-def values_token(x: Any, *, xp: Any) -> Any:
-    """A token that changes whenever the values of the eager array ``x`` may have changed
-    (torch: its version counter; JAX arrays are immutable), so that the engine may reuse what
-    it derived from ``x`` for the same object; None where no such token exists (NumPy and
-    array-api-strict arrays are written in place without a trace, torch inference tensors keep
-    no version)."""
-    reader = token_reader(xp)
-    return None if reader is None else reader(x)
-
-
-def _immutable(x: Any) -> int:
-    return 0
-
-
-def token_reader(xp: Any) -> Callable[[Any], Any] | None:
-    """The function :func:`values_token` calls for arrays of ``xp`` (None: no token), for
-    callers that keep it with what they derived from an array."""
-    if _is_torch(xp):
-        return _torch.values_token
-    if _is_jax(xp):
-        return _immutable
-    return None
-
-
 def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
     """``clip(d, low, high)`` of an integer array ``d`` by Python ints, in ``d``'s dtype.
 
@@ -371,8 +241,8 @@ def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
     ``minimum(maximum(...))`` give the same integers in one kernel each, where array-api-compat's
     ``clip`` (broadcasting and dtype checks: 11 µs on NumPy) and its ``where`` with a Python
     scalar (3–7 µs on torch) cost more than the arithmetic of a small call."""
-    if getattr(xp, "__name__", None) in _TORCH_NAMES:  # _is_torch, inline: every T5 call
-        return _torch_pairs.clamp_int(d, low, high)
+    if getattr(xp, "__name__", None) in _TORCH_NAMES:
+        return sys.modules["torch"].clamp(d, low, high)  # (torch is imported: d is a tensor)
     if getattr(xp, "__name__", None) in _NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)
         import numpy as np
 

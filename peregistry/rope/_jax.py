@@ -57,19 +57,6 @@ def int_bounds(x: Any) -> tuple[int, int] | None:
     return int(lo), int(hi)
 
 
-def read_ints(x: Any) -> list[int] | None:
-    """The values of a small concrete integer array, flattened, read on the host in one
-    transfer where that costs nothing (eager indexing would dispatch one program per element);
-    None inside a trace or where reading would synchronize a device."""
-    import jax
-    import numpy as np
-
-    if (isinstance(x, jax.core.Tracer) or not reads_cheaply(x)
-            or not getattr(x, "is_fully_addressable", True)):
-        return None
-    return np.asarray(x).reshape(-1).tolist()
-
-
 def _maybe_sharded(a: Any) -> bool:
     """True if the traced ``a`` lives on a mesh with a device axis (of size > 1) that is not
     manual, i.e. XLA's SPMD partitioner may split it across devices. Inside ``shard_map`` (all

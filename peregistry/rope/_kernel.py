@@ -11,6 +11,7 @@ calls it (:mod:`._torch`) checks device, dtype, layout and broadcasting first.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +42,12 @@ class _KernelState:
             raise ValueError(f"{NATIVE_ENV}={os.environ[NATIVE_ENV]!r}: expected 1 or 0 "
                              f"(also true/false, yes/no, on/off)")
         else:
-            try:
-                from .. import _rotary_kernel
+            try:  # the optional extension module, built at install time where it could be
+                module = importlib.import_module("peregistry._rotary_kernel")
             except ImportError as e:
                 self.module, self.status = None, f"not built ({e})"
             else:
-                self.module, self.status = _rotary_kernel, "on"
+                self.module, self.status = module, "on"
 
 
 KERNEL = _KernelState()
@@ -105,22 +106,3 @@ def gomp_parallel_address(package_dir: str) -> int:
             break
     _gomp_cache[package_dir] = address
     return address
-
-
-def broadcast_strides(table_shape: tuple[int, ...], table_strides: tuple[int, ...],
-                      lead: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Element strides of a ``(..., h)`` table over ``lead = x.shape[:-1]``: the table's own
-    stride where its axis matches, 0 where it broadcasts (missing or size 1). None if it does
-    not broadcast to ``lead`` (the generic path then reports the error)."""
-    m, n = len(table_shape) - 1, len(lead)
-    if m > n:
-        return None
-    out = [0] * n
-    for k in range(n - m, n):
-        j = k - (n - m)
-        size = table_shape[j]
-        if size == lead[k]:
-            out[k] = table_strides[j] if size != 1 else 0
-        elif size != 1:
-            return None
-    return tuple(out)

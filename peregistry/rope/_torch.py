@@ -8,8 +8,8 @@ Every path here is bit for bit the generic rotation of :mod:`._funcs` (Hugging F
 * the plain expression where autograd, forward AD, a tracer or a placeholder needs it;
 * a ``DTensor`` rotated shard by shard, without communication.
 
-Also the torch answers to the caching questions of the position table (inference mode, tracing,
-cheap host reads) and the fusion boundary used under ``torch.compile``.
+Also the torch answers to the questions asked before a table is kept (inference mode) or values
+are read (``aminmax``), and the fusion boundary used under ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends._torch import is_placeholder, is_wrapped
-from ._kernel import KERNEL, UNLOADED, broadcast_strides, gomp_parallel_address, load_kernel
+from ._kernel import KERNEL, UNLOADED, gomp_parallel_address, load_kernel
 
 #: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
 #: stay in the last-level cache while the four passes over it run.
@@ -104,15 +104,6 @@ def cache_scope() -> AbstractContextManager[Any]:
     if torch.is_inference_mode_enabled():
         return torch.inference_mode(False)
     return nullcontext()
-
-
-def values_token(x: Any) -> int | None:
-    """``x``'s version counter (bumped by every in-place write), or None (inference tensors
-    keep none)."""
-    try:
-        return int(x._version)
-    except RuntimeError:
-        return None
 
 
 def int_bounds(x: Any) -> tuple[int, int] | None:
@@ -286,10 +277,12 @@ def _rotate_blocked(x: Any, cos: Any, sin: Any, out: Any, rotary_dim: int,
 # -- the C kernel --------------------------------------------------------------------------------
 @dataclass
 class _KernelDtypes:
-    """torch dtype -> the kernel's dtype code (:data:`._kernel.DTYPE_CODES`), built on first use
+    """torch dtype -> the kernel's dtype code (:data:`._kernel.DTYPE_CODES`), and the address
+    of torch's OpenMP entry point (:func:`torch_gomp`): process constants, found on first use
     (torch is imported by then)."""
 
     codes: dict[Any, int] = field(default_factory=dict)
+    gomp_address: int | None = None
 
     def code(self, dtype: Any) -> int | None:
         if not self.codes:
@@ -297,6 +290,11 @@ class _KernelDtypes:
 
             self.codes.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
         return self.codes.get(dtype)
+
+    def gomp(self) -> int:
+        if self.gomp_address is None:
+            self.gomp_address = torch_gomp()
+        return self.gomp_address
 
 
 KERNEL_DTYPES = _KernelDtypes()
@@ -325,26 +323,26 @@ def _rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: boo
     # What else decides depends only on the three layouts: planned once per signature.
     key = (x.shape, x.stride(), x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape,
            sin.stride(), sin.dtype, rotary_dim)
-    plan = _PLANS.get(key, _UNPLANNED)
+    plan = PLANS.get(key, _UNPLANNED)
     if plan is _UNPLANNED:
         plan = _plan(x, cos, sin, rotary_dim)
-        if len(_PLANS) >= 64:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        if len(PLANS) >= 64:
+            PLANS.clear()
+        PLANS[key] = plan
     if plan is None:
         return None
     xcode, wcode, lead, cstr, sstr = plan
     threads = torch.get_num_threads()
-    gomp = torch_gomp() if threads > 1 else 0
+    gomp = KERNEL_DTYPES.gomp() if threads > 1 else 0
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     kernel.rotate(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), xcode, wcode,
                   x.shape[-1], rotary_dim, interleaved, lead, cstr, sstr, threads, gomp)
     return out
 
 
-#: ``(shape, strides, dtype of x, cos, sin; rotary_dim)`` -> what :func:`_plan` found (at most
-#: 64, then forgotten all at once): eager calls only.
-_PLANS: dict[tuple[Any, ...], Any] = {}
+#: ``(shape, strides, dtype of x, cos, sin; rotary_dim)`` -> what :func:`_plan` found: facts
+#: of the layouts alone, at most 64 (then forgotten all at once), emptied by ``clear_caches``.
+PLANS: dict[tuple[Any, ...], Any] = {}
 _UNPLANNED = object()
 
 
@@ -364,6 +362,25 @@ def _plan(x: Any, cos: Any, sin: Any,
     if cstr is None or sstr is None:
         return None
     return xcode, wcode, lead, cstr, sstr
+
+
+def broadcast_strides(table_shape: tuple[int, ...], table_strides: tuple[int, ...],
+                      lead: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Element strides of a ``(..., h)`` table over ``lead = x.shape[:-1]``: the table's own
+    stride where its axis matches, 0 where it broadcasts (missing or size 1). None if it does
+    not broadcast to ``lead`` (the generic path then reports the error)."""
+    m, n = len(table_shape) - 1, len(lead)
+    if m > n:
+        return None
+    out = [0] * n
+    for k in range(n - m, n):
+        j = k - (n - m)
+        size = table_shape[j]
+        if size == lead[k]:
+            out[k] = table_strides[j] if size != 1 else 0
+        elif size != 1:
+            return None
+    return tuple(out)
 
 
 def _plain(t: Any) -> bool:

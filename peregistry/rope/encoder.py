@@ -2,46 +2,55 @@
 
 * **validate** (:meth:`RotaryEncoder._rotate_call`): the caller's namespace, device and dtypes,
   ``x``'s shape, ``offset`` and ``positions``; the dtype to rotate in.
-* **table** (:meth:`RotaryEncoder._rotation_tables`): half-width ``(cos, sin)`` from the eager
-  caches (:mod:`._table_cache`) or computed by the subclass's one hook, :meth:`_half_cos_sin`.
+* **table** (:meth:`RotaryEncoder._rotation_tables`): half-width ``(cos, sin)``: rows of the
+  encoder's table of positions in the one store of computed tables (:mod:`._tables`), or
+  computed by the subclass's one hook, :meth:`_half_cos_sin`.
 * **apply**: the rotation of the encoder's layout, through the one framework dispatch
   (:func:`._delegation.rotate`).
 
-:meth:`RotaryEncoder.tables` stops after the table step and returns a :class:`RotaryTables` that
-rotates any number of tensors (FLUX-style models build the tables once per forward).
+Nothing of a call is remembered: each call validates its arguments and reads the values of its
+positions. Reuse is the caller's: :meth:`RotaryEncoder.tables` stops after the table step and
+returns a :class:`RotaryTables` that rotates any number of tensors (one per forward, in every
+layer, as Hugging Face passes ``position_embeddings`` down).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from .. import _lazy
+import peregistry.rope._delegation as _delegation
+
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
-from ._calls import Call, recall, remember
+from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
-from ._rows import cos_sin_rows, gather_rows, token_row
-from ._table_cache import OffsetKey, TableCache, TableUse, table_rows
-
-if TYPE_CHECKING:
-    from . import _delegation
-    from ._apply import RotaryTables, rotate_features
-else:  # what only a call needs, imported by the first call (peregistry/_lazy.py)
-    def _load_apply():
-        from . import _apply
-        return _apply
-
-    _delegation = _lazy.delegation(globals())
-    RotaryTables = _lazy.first_call(lambda: _load_apply().RotaryTables, globals(), "RotaryTables")
-    rotate_features = _lazy.first_call(lambda: _load_apply().rotate_features, globals(),
-                                       "rotate_features")
-
+from ._tables import gathered_rows, offset_rows
 
 __all__ = ["RotaryEncoder"]
 
-_UNASKED: Any = object()  # _validated_tables: the caller has not asked recall() yet
+
+class Rotation(NamedTuple):
+    """What the options of a rotary encoder say about its rotation (made at construction)."""
+
+    head_dim: int
+    rotary_dim: int
+    interleaved: bool
+    last: bool  # the last rotary_dim features rotate (else the first)
+
+
+class Call(NamedTuple):
+    """One validated :meth:`RotaryEncoder.rotate` call."""
+
+    ctx: Ctx
+    x: Any
+    positions: Any  # validated positions, or None for ``offset + arange(seq)``
+    offset: Any  # a Python int or an array
+    seq_len: int | None
+    tracing: bool
+    cdt: Any  # the dtype the rotation runs in
 
 
 class RotaryEncoder(Encoder):
@@ -66,36 +75,42 @@ class RotaryEncoder(Encoder):
     Angles and tables are computed in ``ctx.wide`` (float64 where the backend has it, else
     float32 with exact range reduction); the rotation runs in ``x``'s dtype for float32/float64
     inputs and in float32 for narrower ones (bfloat16, float16), with one cast at the end.
-    Tables for ``positions=None`` and an integer ``offset`` are cached per encoder in eager mode
-    (never while tracing under ``jax.jit`` / ``torch.compile``).
+    In eager mode, integer positions (``positions=None`` at an int ``offset``, or integer ids)
+    read rows of the encoder's table of positions ``0 .. n-1``, kept in the one store of
+    computed tables (:func:`peregistry.rope.set_table_cache_bytes`): the bits of computing.
     """
 
     kind = "rotary"
     continuous = True
-    __slots__ = ("_table_cache",)
-    _table_cache: TableCache
+    __slots__ = ("_rotation",)
+    _rotation: Rotation
 
-    #: Upper bound on cached eager-mode cos/sin tables per encoder.
-    _TABLE_CACHE_SIZE: ClassVar[int] = 16
-    #: Bytes the cos and sin position tables together may take (per device and dtype).
+    #: Bytes the cos and sin tables of positions ``0 .. n-1`` may take (per device and dtype);
+    #: 0: no such table.
     _POSITION_TABLE_BYTES: ClassVar[int] = 32 << 20
     #: Declared (in its own body) by a subclass that overrides :meth:`_default_positions` when
     #: the tables of ``positions=None, offset=o`` are still rows ``o..o+seq-1`` of the tables of
-    #: ``0..n-1``, so that the position table may serve them (M-RoPE: its text positions are one
-    #: position per token). Classes keeping ours need not; see :class:`._table_cache.TableUse`.
+    #: ``0..n-1`` (M-RoPE: its text positions are one position per token).
     _offset_rows_are_positions: ClassVar[bool] = False
-    #: Which position-table shortcuts this class may take (decided once per class).
-    _table_use: ClassVar[TableUse] = TableUse(offset_rows=True, position_ids=True)
+    #: Whether rows of the table of positions serve ``positions=None`` at an offset, and
+    #: integer position ids (decided once per class, :meth:`__init_subclass__`).
+    _rows_at_offsets: ClassVar[bool] = True
+    _rows_at_ids: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._table_use = TableUse.of(cls, RotaryEncoder)
+        # Rows serve a class that keeps these default positions and batch shape, or whose own
+        # default positions declare that they are one position per token.
+        owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
+        ours = (owner is RotaryEncoder
+                and cls._position_batch_shape is RotaryEncoder._position_batch_shape)
+        cls._rows_at_ids = ours
+        cls._rows_at_offsets = ours or bool(owner.__dict__.get("_offset_rows_are_positions"))
 
     def __init__(self, **options: Any) -> None:
-        _lazy.bind_for_torch()  # the call machinery, before any torch.compile meets it
-        # Before the options are validated: a subclass's _validate may already compute tables.
-        object.__setattr__(self, "_table_cache", TableCache())
         super().__init__(**options)
+        object.__setattr__(self, "_rotation", Rotation(
+            self._head_dim(), self._rotary_dim(), self._interleaved(), self._rotary_last()))
 
     # -- what a subclass may override ----------------------------------------------------------
     def _head_dim(self) -> int:
@@ -163,12 +178,6 @@ class RotaryEncoder(Encoder):
         multi-axis encoders (M-RoPE) put one copy per axis in front."""
         return positions
 
-    def _column_axes(self) -> tuple[int, ...] | None:
-        """For multi-axis encoders: the axis whose position each column of the position table
-        turns with (one per pair), where the columns are the pairs; None (the default)
-        otherwise. One token's ids then gather their tables from the table's rows."""
-        return None
-
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,
         rotary_dim/2)`` in ``ctx.wide``, for the sequence length ``seq_len`` (None: unknown)."""
@@ -190,12 +199,15 @@ class RotaryEncoder(Encoder):
         pos = self._positions(pos, ctx)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         seq_len, tracing = self._check_seq_len(seq_len), ctx.backend.is_tracing(pos)
-        rows = None if tracing else cos_sin_rows(self, pos, ctx=ctx, dtype=out_dtype)
+        xp = ctx.xp
+        rows = None
+        # Rows of float32/float64 tables are the wide values rounded once, as computing gives.
+        if not tracing and type(self)._rows_at_ids and out_dtype in (xp.float32, xp.float64):
+            rows = gathered_rows(self, pos, ctx=ctx, cdt=out_dtype)
         cos, sin = rows if rows is not None else self._table(
             pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
-        layout: Layout = "interleaved" if self._interleaved() else "half"
-        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype,
-                                             xp=ctx.xp)
+        layout: Layout = "interleaved" if self._rotation.interleaved else "half"
+        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype, xp=xp)
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
                params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
@@ -223,85 +235,74 @@ class RotaryEncoder(Encoder):
         pos = self._positions(pos, ctx)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
-        return RotaryTables(cos, sin, layout="interleaved" if self._interleaved() else "half",
-                            head_dim=self._head_dim(), owner=self.name, ctx=ctx,
-                            rotary_features="last" if self._rotary_last() else "first")
+        spec = self._rotation
+        return RotaryTables(cos, sin, layout="interleaved" if spec.interleaved else "half",
+                            head_dim=spec.head_dim, owner=self.name, ctx=ctx,
+                            rotary_features="last" if spec.last else "first")
 
     # -- machinery -----------------------------------------------------------------------------
     def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares framework fast paths with)."""
-        kept = None if params is not None else recall(self, x, positions, offset, seq_len)
-        if kept is not None and kept[1] is not None:  # validated before, tables known
-            call, (cos, sin) = kept[0], kept[1]
-        else:
-            x, call, (cos, sin) = self._validated_tables(x, positions, offset, params, seq_len,
-                                                         kept=kept)
-        assert call.spec is not None  # set by _validated_tables
-        rd, interleaved, last = call.spec
-        if not last:  # rotate_features' first case, one call fewer (paid by every layer)
-            return _delegation.rotate(x, cos, sin, rotary_dim=rd, interleaved=interleaved,
-                                      cdt=call.cdt, xp=call.ctx.xp, native=native,
-                                      eager=not call.tracing)
-        return rotate_features(x, cos, sin, rotary_dim=rd, interleaved=interleaved, last=last,
-                               cdt=call.cdt, xp=call.ctx.xp, native=native)
-
-    def _validated_tables(self, x: Any, positions: Any, offset: Any,
-                          params: Mapping[str, Any] | None, seq_len: int | None, *,
-                          kept: Any = _UNASKED) -> tuple[Any, Call, tuple[Any, Any]]:
-        """``(x, call, tables)``: ``x`` as validated (a Python sequence made an array), the
-        validated call (its ``spec`` set) and its half-width tables: from a kept call where this
-        one repeats it (:func:`._calls.recall`, unless the caller asked already: ``kept``),
-        else validated (:meth:`_rotate_call`) and looked up."""
-        if kept is _UNASKED:
-            kept = None if params is not None else recall(self, x, positions, offset, seq_len)
-            if kept is not None and kept[1] is not None:  # validated before, tables known
-                return x, kept[0], kept[1]
-        call = self._rotate_call(x, positions, offset, params, seq_len) if kept is None else kept[0]
-        if call.spec is None:
-            call.spec = (self._rotary_dim(), self._interleaved(), self._rotary_last())
-        tables = self._rotation_tables(call)
-        if params is None:
-            remember(self, positions, offset, seq_len, call=call, tables=tables,
-                     validated=kept is None, recalled=kept is not None)
-        return call.x, call, tables
+        call = self._rotate_call(x, positions, offset, params, seq_len)
+        cos, sin = self._rotation_tables(call)
+        spec = self._rotation
+        if not spec.last:
+            return _delegation.rotate(call.x, cos, sin, rotary_dim=spec.rotary_dim,
+                                      interleaved=spec.interleaved, cdt=call.cdt,
+                                      xp=call.ctx.xp, native=native, eager=not call.tracing)
+        return rotate_features(call.x, cos, sin, rotary_dim=spec.rotary_dim,
+                               interleaved=spec.interleaved, last=True, cdt=call.cdt,
+                               xp=call.ctx.xp, native=native)
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
                      params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
         """Validate the arguments of :meth:`rotate` (the errors name what is wrong)."""
-        if offset is None or isinstance(offset, bool | str | bytes):
-            raise TypeError(f"{self.name}: offset must be an int, a real number or an "
-                            f"integer/real array, got {offset!r}")
-        offset_arr = None if isinstance(offset, int) else offset
-        ctx, (x, pos, offset_arr) = self._context(x, positions, offset_arr)
-        self._check_params(params, ctx)
+        services = self._services
+        backend = services.backend_of(x)
+        if backend is not None and type(offset) is int and (
+                positions is None or services.backend_of(positions) is backend):
+            ctx, offset_arr = backend.context(x), None  # arrays of one backend: the usual call
+        else:
+            if offset is None or isinstance(offset, bool | str | bytes):
+                raise TypeError(f"{self.name}: offset must be an int, a real number or an "
+                                f"integer/real array, got {offset!r}")
+            offset_arr = None if isinstance(offset, int) else offset
+            ctx, (x, positions, offset_arr) = self._context(x, positions, offset_arr)
+        if params is not None:
+            self._check_params(params, ctx)
         xp = ctx.xp
-        if not xp.isdtype(x.dtype, "real floating"):
-            raise TypeError(f"{self.name}: x must have a real floating dtype, got {x.dtype}")
-        dim, xshape = self._head_dim(), tuple(x.shape)
-        if len(xshape) == 0 or xshape[-1] != dim:
+        if not ctx.backend.is_float_dtype(x.dtype):
+            raise TypeError(f"{self.name}: x must have a real floating dtype of "
+                            f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
+                            f"got {x.dtype}")
+        xshape = tuple(x.shape)
+        if not xshape or xshape[-1] != self._rotation.head_dim:
             raise ValueError(f"{self.name}: x.shape={xshape}, but x.shape[-1] should be dim="
-                             f"{dim} (x is (..., seq, dim))")
-        seq_len = self._check_seq_len(seq_len)
-        tracing = ctx.backend.is_tracing(x) or any(
-            a is not None and ctx.backend.is_tracing(a) for a in (pos, offset_arr))
+                             f"{self._rotation.head_dim} (x is (..., seq, dim))")
+        if seq_len is not None:
+            seq_len = self._check_seq_len(seq_len)
+        tracing = ctx.backend.is_tracing(x)
+        for a in (positions, offset_arr):
+            if a is not None and not tracing:
+                tracing = ctx.backend.is_tracing(a)
         # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
-        cdt = x.dtype if xp.finfo(x.dtype).bits >= 32 else xp.float32
-        if pos is None:
+        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else xp.float32
+        if positions is None:
             if len(xshape) < 2:
                 raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
                                  f"(..., seq, dim), or pass positions")
             if offset_arr is not None:
-                self._positions(offset_arr, ctx, what="offset")
-                offset = offset_arr
-            self._check_offset_range(offset, xshape[-2], ctx, tracing=tracing)
+                offset = self._positions(offset_arr, ctx, what="offset")
+            if not (type(offset) is int and -(2**31) <= offset <= 2**31 - 1 - xshape[-2]):
+                self._check_offset_range(offset, xshape[-2], ctx, tracing=tracing)
         else:
             if offset_arr is not None or offset != 0:
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
-            pos = self._positions(pos, ctx)
-        return Call(ctx, x, pos, offset, seq_len, tracing, cdt)
+            positions = self._positions(positions, ctx)
+        return Call(ctx, x, positions, offset, seq_len, tracing, cdt)
 
     def _check_offset_range(self, offset: Any, seq: int, ctx: Ctx, *, tracing: bool) -> None:
         """Positions ``offset .. offset+seq-1`` must fit the integer dtype they are computed in
@@ -340,52 +341,40 @@ class RotaryEncoder(Encoder):
 
     def _rotation_tables(self, call: Call) -> tuple[Any, Any]:
         """Half-width ``(cos, sin)`` of dtype ``call.cdt`` for a validated call: rows of the
-        position table, cached offset tables, or computed (and cached where allowed)."""
-        ctx, xshape, cdt = call.ctx, tuple(call.x.shape), call.cdt
-        static_len, key, pos = None, None, call.positions
+        table of positions (eager integer positions), else computed."""
+        ctx, xshape, cdt, pos = call.ctx, tuple(call.x.shape), call.cdt, call.positions
+        static_len = None
         if pos is None:
-            if isinstance(call.offset, int):
+            if type(call.offset) is int:
                 static_len = call.offset + xshape[-2]
-                if not call.tracing:  # decoding: rows of the position table, before other work
-                    rows = table_rows(self, call.offset, xshape[-2], ctx=ctx, cdt=cdt)
+                if not call.tracing and type(self)._rows_at_offsets:
+                    rows = offset_rows(self, call.offset, xshape[-2], ctx=ctx, cdt=cdt)
                     if rows is not None:
                         return rows
-                    key = OffsetKey(call.offset, xshape[-2], call.seq_len, str(ctx.device), cdt,
-                                    ctx.wide)
-                    cached = self._table_cache.offsets.get(key)
-                    if cached is not None:
-                        return cached
             pos = self._default_positions(xshape[-2], call.offset, ctx=ctx)
-        elif not call.tracing and type(self)._table_use.position_ids:
-            gathered = gather_rows(self, pos, xshape, ctx=ctx, cdt=cdt)
-            if gathered is not None:
-                return gathered
-        elif not call.tracing and type(self)._table_use.token_ids:
-            row = token_row(self, pos, xshape, ctx=ctx, cdt=cdt)
-            if row is not None:
-                return row
         batch = self._position_batch_shape(pos)
         if not broadcasts_into(batch, xshape[:-1]):
             raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
                              f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
                              f"(batch, 1, seq)")
+        if call.positions is not None and not call.tracing and type(self)._rows_at_ids:
+            rows = gathered_rows(self, pos, ctx=ctx, cdt=cdt)
+            if rows is not None:
+                return rows
         cos, sin = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,
                                static_len=static_len)
         # One table per position, shared by every head: a compiler must not recompute it for
         # each element of x (XLA would fuse it into the rotation loop).
         xp = ctx.xp
-        cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
-        if key is not None and _delegation.cacheable(cos, ctx=ctx):
-            self._table_cache.keep_offset(key, (cos, sin), limit=self._TABLE_CACHE_SIZE)
-        return cos, sin
+        return _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
 
     def _check_seq_len(self, seq_len: Any) -> int | None:
         if seq_len is None:
             return None
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int):
+        if not isinstance(seq_len, int) or isinstance(seq_len, bool):
             try:
-                import operator
-
+                if isinstance(seq_len, bool):
+                    raise TypeError
                 seq_len = operator.index(seq_len)
             except TypeError:
                 raise TypeError(f"{self.name}: seq_len must be None or a Python int (the "

@@ -8,39 +8,33 @@ module, plus an entry point; see ``docs/plugins.md``.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import _lazy
 from .._options import freeze, thaw
 from ._angles import Frequencies, cos_sin
+from ._delegation import take_last
 from ._funcs import inv_freq
+from ._tables import STORE
 from .encoder import RotaryEncoder
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
-    from . import _delegation
     from .scalings import RopeScaling
-else:  # imported by the first call that needs it (peregistry/_lazy.py)
-    _delegation = _lazy.delegation(globals())
 
 __all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
-
-#: Frequencies kept per encoder for sequence-length dependent scalings (dynamic NTK: one entry
-#: per sequence length seen).
-_MAX_FREQUENCY_ENTRIES = 64
 
 
 @dataclass(slots=True)
 class ScalingState:
     """The resolved ``scaling`` option of one encoder and its host constants (never part of its
     identity): the scaling type (None without scaling), its complete parameters, the attention
-    factor, and the :class:`Frequencies` per sequence-length key of the scaling type."""
+    factor, and the :class:`Frequencies` of the sequence-length keys a traced call may ask for
+    without a ``seq_len`` (made at construction; others are computed when asked, and kept in
+    the store of tables by eager calls)."""
 
     scaling: RopeScaling | None
     params: dict[str, Any]
@@ -108,9 +102,10 @@ class ScaledRotary(RotaryEncoder):
                            ScalingState(obj, params, factor, softmax_scale_factor=soft))
         # Host constants for every seq_len the traced code may ask for without a seq_len,
         # computed now (eagerly): torch.compile would otherwise trace the NumPy code.
-        self._frequencies(None)
-        for t in self._seq_len_dependence()[1]:
-            self._frequencies(t + 1)
+        state = self._scaled
+        for t in (None, *(b + 1 for b in self._seq_len_dependence()[1])):
+            key = None if obj is None else obj.seq_len_key(params, t)
+            state.frequencies[key] = self._frequencies(t)
 
     # -- frequencies -----------------------------------------------------------------------------
     @property
@@ -127,32 +122,36 @@ class ScaledRotary(RotaryEncoder):
 
         return np.asarray(self._frequencies(seq_len).omega, dtype=np.float64)
 
-    def _frequencies(self, seq_len: int | None) -> Frequencies:
-        """The host :class:`Frequencies` for ``seq_len``, cached per key of the scaling type."""
+    def _frequencies(self, seq_len: int | None, *, keep: bool = False) -> Frequencies:
+        """The host :class:`Frequencies` for ``seq_len``: made at construction for the keys a
+        trace may ask for; others computed now and, with ``keep`` (an eager call), kept in the
+        store of tables under the encoder and the scaling type's key."""
         state = self._scaled
         sc = state.scaling
         key = None if sc is None else sc.seq_len_key(state.params, seq_len)
         freqs = state.frequencies.get(key)
-        if freqs is None:
-            import numpy as np
+        if freqs is not None:
+            return freqs
+        kept_as = ("rope frequencies", type(self), self, type(sc), key)
+        if keep:
+            freqs = STORE.get(kept_as)
+            if freqs is not None:
+                return freqs  # type: ignore[no-any-return]
+        import numpy as np
 
-            rd, theta = self._rotary_dim(), float(self._values["theta"])
-            if sc is None:
-                omega = inv_freq(rd, theta)
-            else:
-                omega = np.asarray(sc.inv_freq(rd, theta, state.params, seq_len),
-                                   dtype=np.float64)
-                if omega.shape != (rd // 2,) or not np.all(np.isfinite(omega)):
-                    raise ValueError(
-                        f"{self.name}: scaling {sc.name!r} returned inv_freq of shape "
-                        f"{omega.shape}, but should be ({rd // 2},) finite values"
-                    )
-            freqs = Frequencies.from_omega(omega)
-            if len(state.frequencies) > _MAX_FREQUENCY_ENTRIES:
-                # another thread may be evicting the same entry at once
-                with contextlib.suppress(RuntimeError, StopIteration):
-                    state.frequencies.pop(next(iter(state.frequencies)), None)
-            state.frequencies[key] = freqs
+        rd, theta = self._rotary_dim(), float(self._values["theta"])
+        if sc is None:
+            omega = inv_freq(rd, theta)
+        else:
+            omega = np.asarray(sc.inv_freq(rd, theta, state.params, seq_len), dtype=np.float64)
+            if omega.shape != (rd // 2,) or not np.all(np.isfinite(omega)):
+                raise ValueError(
+                    f"{self.name}: scaling {sc.name!r} returned inv_freq of shape "
+                    f"{omega.shape}, but should be ({rd // 2},) finite values"
+                )
+        freqs = Frequencies.from_omega(omega)
+        if keep:
+            STORE.put(kept_as, freqs, 5 * 32 * len(freqs) + 512)  # five tuples of floats
         return freqs
 
     @property
@@ -175,7 +174,8 @@ class ScaledRotary(RotaryEncoder):
 
     # -- the hook ----------------------------------------------------------------------------------
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        cos, sin = cos_sin(positions, self._frequencies(seq_len), ctx=ctx)
+        freqs = self._frequencies(seq_len, keep=not ctx.backend.is_tracing(positions))
+        cos, sin = cos_sin(positions, freqs, ctx=ctx)
         af = self.attention_factor
         if af != 1.0 and math.isfinite(af):
             cos, sin = cos * af, sin * af
@@ -183,22 +183,20 @@ class ScaledRotary(RotaryEncoder):
 
 
 def pair_cos_sin(positions: Any, axis_of_pair: tuple[int, ...], freqs: Frequencies, *,
-                 ctx: Ctx, arrays: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+                 ctx: Ctx) -> tuple[Any, Any]:
     """``cos``/``sin`` of ``p_{a_i}·ω_i`` per pair ``i`` (``a_i = axis_of_pair[i]``) for
     positions ``(num_axes, *batch)``, each ``(*batch, len(freqs))``: each pair's axis position
     is gathered first, so that one ``cos`` and one ``sin`` serve every axis (each angle by the
     same operations as per axis: the same bits, in fewer operations and smaller compiled
-    programs). ``arrays``: ``axis_of_pair`` and ``freqs.omega`` already as arrays (integer;
-    ``ctx.wide`` on a backend with float64), as a caller that keeps them passes them."""
+    programs)."""
     xp = ctx.xp
-    idx = xp.asarray(list(axis_of_pair), device=ctx.device) if arrays is None else arrays[0]
+    idx = xp.asarray(list(axis_of_pair), device=ctx.device)
     nd = positions.ndim
     if nd > 1:  # (*batch, num_axes), a view: the gather then writes (*batch, pairs) in order,
         # the layout the tables keep (a pair-major one would keep torch's kernel from them)
         positions = xp.permute_dims(positions, (*range(1, nd), 0))
-    pair_pos = _delegation.take_last(positions, idx, xp=xp)  # (*batch, pairs)
-    return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True,
-                   omega=None if arrays is None else arrays[1])
+    pair_pos = take_last(positions, idx, xp=xp)  # (*batch, pairs)
+    return cos_sin(pair_pos, freqs, ctx=ctx, per_pair=True)
 
 
 class MultiAxisRotary(RotaryEncoder):
@@ -209,21 +207,12 @@ class MultiAxisRotary(RotaryEncoder):
     A subclass says how many axes there are (:attr:`num_axes`) and, per axis, the frequencies of
     its pairs (:meth:`_axis_frequencies`); where the pairs of one axis are not contiguous it
     also gives :meth:`_pair_order`. ``positions=None`` (text tokens) puts every axis at
-    ``offset + arange(seq)``, so decoding text reads rows of the position table.
+    ``offset + arange(seq)``, so decoding text reads rows of the table of positions.
     """
 
     __slots__ = ()
     _offset_rows_are_positions = True  # text positions: one position per token, on every axis
     _compile_hook_eagerly = True  # _half_cos_sin reads no values
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Keeping these default positions (every axis at the token's position) and batch
-        # shape, a decoded text token's ids (p, ..., p) are row p of the position table.
-        owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
-        if (owner is MultiAxisRotary and cls._table_use.offset_rows
-                and cls._position_batch_shape is MultiAxisRotary._position_batch_shape):
-            cls._table_use = dataclasses.replace(cls._table_use, token_ids=True)
 
     @property
     def num_axes(self) -> int:
@@ -251,25 +240,11 @@ class MultiAxisRotary(RotaryEncoder):
                               for f in ("omega", "c1", "c2", "c3", "c")))
         return freqs, tuple(ax for ax, _ in pairs)
 
-    def _pair_arrays(self, freqs: Frequencies, axis_of_pair: tuple[int, ...], positions: Any, *,
-                     ctx: Ctx) -> tuple[Any, Any] | None:
-        """The gather index and ``ω`` of :meth:`_pair_frequencies` as arrays, where a subclass
-        keeps them (they then cost nothing per call); None (the default): made per call."""
-        return None
-
     def _pair_order(self) -> tuple[int, ...] | None:
         """The permutation that puts the pairs, grouped by axis (axis 0's first), in feature
         order: entry ``i`` is the grouped index of pair ``i``. None (the default) when the
         groups are already in order (contiguous bands)."""
         return None
-
-    def _column_axes(self) -> tuple[int, ...] | None:
-        # Each pair turns with one axis only in this class's own hook; a subclass computing its
-        # tables otherwise (two axes in one pair, say) has its image tokens computed.
-        if (type(self)._half_cos_sin is not MultiAxisRotary._half_cos_sin
-                or self._seq_len_dependence()[0] != "none"):  # (else: no position table)
-            return None
-        return self._pair_frequencies(None)[1]
 
     # -- positions are (num_axes, ...) -----------------------------------------------------------
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
@@ -296,8 +271,7 @@ class MultiAxisRotary(RotaryEncoder):
         ``p·ω_i`` pair by pair (:func:`pair_cos_sin`)."""
         self._position_batch_shape(positions)
         freqs, axis_of_pair = self._pair_frequencies(seq_len)
-        cos, sin = pair_cos_sin(positions, axis_of_pair, freqs, ctx=ctx,
-                                arrays=self._pair_arrays(freqs, axis_of_pair, positions, ctx=ctx))
+        cos, sin = pair_cos_sin(positions, axis_of_pair, freqs, ctx=ctx)
         af = self.attention_factor
         if af != 1.0:
             cos, sin = cos * af, sin * af

@@ -200,7 +200,7 @@ class Case:
         Under pytest, a case with a declared expected failure is marked ``xfail`` by
         :func:`~peregistry.testing.parametrize_with_checks`; calling ``run`` directly just runs.
         """
-        from ..encoders._overrides import OverrideError
+        from ..encoders._declaration import OverrideError
 
         try:
             self.spec.func(self)

@@ -8,14 +8,15 @@ NumPy. A plugin adds a type with one file, its parameters declared with :class:`
 
     import numpy as np
     import peregistry as per
-    from peregistry.rope.scalings import RopeScaling, base_inv_freq
+    from peregistry.rope import inv_freq
+    from peregistry.rope.scalings import RopeScaling
 
     class Stretch(RopeScaling):
         name = "stretch"
         parameters = {"factor": per.Option(float, allowed="a number >= 1", check=lambda f: f >= 1)}
 
         def inv_freq(self, rotary_dim, theta, params, seq_len=None):
-            return base_inv_freq(rotary_dim, theta) / np.sqrt(params["factor"])
+            return inv_freq(rotary_dim, theta) / np.sqrt(params["factor"])
 
     @per.hookimpl
     def peregistry_rope_scalings():
@@ -24,12 +25,14 @@ NumPy. A plugin adds a type with one file, its parameters declared with :class:`
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from ..._hooks import hookimpl
 from .base import (
     SEQ_LEN_DEPENDENCE,
     RopeScaling,
     as_scaling,
-    base_inv_freq,
     context_option,
     describe_parameters,
     factor_option,
@@ -56,7 +59,6 @@ __all__ = [
     "RopeScaling",
     "Yarn",
     "as_scaling",
-    "base_inv_freq",
     "builtin_scalings",
     "context_option",
     "describe_parameters",
@@ -77,3 +79,13 @@ def builtin_scalings() -> list[RopeScaling]:
 @hookimpl
 def peregistry_rope_scalings() -> list[RopeScaling]:
     return builtin_scalings()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "base_inv_freq":  # its older name
+        from .._funcs import inv_freq
+
+        warnings.warn("peregistry.rope.scalings.base_inv_freq is deprecated: it is "
+                      "peregistry.rope.inv_freq", DeprecationWarning, stacklevel=2)
+        return inv_freq
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,18 +1,15 @@
 """Scaling parameters: a value converted through its :class:`~peregistry.Option` (with the two
-rules of Hugging Face configs: ``None`` means the default, an integer may come as ``4096.0``).
-The deprecated :class:`~peregistry.encoders.rope_scaling.Param` lives in :mod:`._param`, imported
-only by code that uses it."""
+rules of Hugging Face configs: ``None`` means the default, an integer may come as ``4096.0``)."""
 
 from __future__ import annotations
 
 import copy
 import numbers
-import sys
 from typing import Any
 
 from ..._options import Option
 
-__all__ = ["convert_parameter", "is_param", "named"]
+__all__ = ["convert_parameter", "named"]
 
 
 def named(option: Option, key: str) -> Option:
@@ -41,10 +38,3 @@ def convert_parameter(where: str, option: Option, value: Any) -> Any:
             and not isinstance(value, numbers.Integral) and float(value).is_integer()):
         value = int(float(value))
     return option.convert(where, value)
-
-
-def is_param(obj: Any) -> bool:
-    """True for an instance of the deprecated ``Param``: none can exist before its module
-    (:mod:`._param`) is imported, which startup then need not do."""
-    module = sys.modules.get("peregistry.rope.scalings._param")
-    return module is not None and isinstance(obj, module.Param)

@@ -9,18 +9,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from ._params import convert_parameter, is_param, named
+from ._params import convert_parameter, named
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from ._param import Param
 
 __all__ = [
     "SEQ_LEN_DEPENDENCE",
     "RopeScaling",
     "as_scaling",
-    "base_inv_freq",
     "context_option",
     "describe_parameters",
     "factor_option",
@@ -38,14 +35,6 @@ _MOVED_KEYS = {
     "rope_theta": "it is the encoder option theta=...",
     "partial_rotary_factor": "use the encoder option rotary_dim=int(dim * partial_rotary_factor)",
 }
-
-
-def base_inv_freq(rotary_dim: int, theta: float) -> np.ndarray[Any, Any]:
-    """RoFormer's ``ω_i = θ^(-2i/d)``, ``i = 0 … d/2 - 1``, in float64 (correct to an ulp)."""
-    import numpy as np
-
-    i2 = np.arange(0, rotary_dim, 2, dtype=np.float64)
-    return np.asarray(1.0 / np.power(float(theta), i2 / rotary_dim), dtype=np.float64)
 
 
 def factor_option(doc: str = "context extension factor") -> Option:
@@ -66,9 +55,8 @@ class RopeScaling:
     name: ClassVar[str] = ""
     #: One line for docs and error messages.
     summary: ClassVar[str] = ""
-    #: Parameters by key (Hugging Face ``rope_parameters`` names), each an :class:`Option`
-    #: (the deprecated :class:`Param` still works).
-    parameters: ClassVar[Mapping[str, Option | Param]] = {}
+    #: Parameters by key (Hugging Face ``rope_parameters`` names), each an :class:`Option`.
+    parameters: ClassVar[Mapping[str, Option]] = {}
     #: One of :data:`SEQ_LEN_DEPENDENCE`.
     seq_len_dependence: ClassVar[str] = "none"
 
@@ -139,13 +127,11 @@ class RopeScaling:
 
 def parameter_options(scaling: Any) -> dict[str, Option]:
     """The parameters of a scaling type (an object with a ``parameters`` mapping) as named
-    :class:`Option` s, in declaration order; deprecated :class:`Param` s are converted."""
+    :class:`Option` s, in declaration order."""
     out = {}
     for key, decl in getattr(scaling, "parameters", {}).items():
         if isinstance(decl, Option):
             out[key] = named(decl, key)
-        elif is_param(decl):
-            out[key] = decl.as_option(key)
         else:
             raise TypeError(f"scaling {scaling.name!r} declares parameter {key!r} as {decl!r}; "
                             f"declare it with peregistry.Option")
@@ -190,7 +176,7 @@ class _DuckScaling(RopeScaling):
         return str(self._obj.name)
 
     @property
-    def parameters(self) -> Mapping[str, Option | Param]:  # type: ignore[override]
+    def parameters(self) -> Mapping[str, Option]:  # type: ignore[override]
         return getattr(self._obj, "parameters", {})
 
     @property

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .base import RopeScaling, base_inv_freq
+from .._funcs import inv_freq
+from .base import RopeScaling
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,4 +23,4 @@ class Default(RopeScaling):
 
     def inv_freq(self, rotary_dim: int, theta: float, params: Mapping[str, Any],
                  seq_len: int | None = None) -> np.ndarray[Any, Any]:
-        return base_inv_freq(rotary_dim, theta)
+        return inv_freq(rotary_dim, theta)

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq, context_option, factor_option
+from .._funcs import inv_freq
+from .base import RopeScaling, context_option, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,4 +51,4 @@ class Dynamic(RopeScaling):
         s = orig if seq_len is None else max(int(seq_len), orig)
         d = rotary_dim
         base = theta * ((factor * s / orig) - (factor - 1)) ** (d / (d - 2))
-        return base_inv_freq(d, base)
+        return inv_freq(d, base)

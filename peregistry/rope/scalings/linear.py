@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq, factor_option
+from .._funcs import inv_freq
+from .base import RopeScaling, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,4 +28,4 @@ class Linear(RopeScaling):
                  seq_len: int | None = None) -> np.ndarray[Any, Any]:
         import numpy as np
 
-        return np.asarray(base_inv_freq(rotary_dim, theta) / params["factor"], dtype=np.float64)
+        return np.asarray(inv_freq(rotary_dim, theta) / params["factor"], dtype=np.float64)

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq, context_option, factor_option
+from .._funcs import inv_freq
+from .base import RopeScaling, context_option, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,7 +51,7 @@ class Llama3(RopeScaling):
         factor = params["factor"]
         low, high = params["low_freq_factor"], params["high_freq_factor"]
         orig = params["original_max_position_embeddings"]
-        omega = base_inv_freq(rotary_dim, theta)
+        omega = inv_freq(rotary_dim, theta)
         wavelen = 2 * math.pi / omega
         scaled = np.where(wavelen > orig / low, omega / factor, omega)
         smooth = (orig / wavelen - low) / (high - low)

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq, context_option
+from .._funcs import inv_freq
+from .base import RopeScaling, context_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,4 +76,4 @@ class LongRope(RopeScaling):
 
         long = seq_len is not None and seq_len > params["original_max_position_embeddings"]
         ext = np.asarray(params["long_factor" if long else "short_factor"], dtype=np.float64)
-        return base_inv_freq(rotary_dim, theta) / ext
+        return inv_freq(rotary_dim, theta) / ext

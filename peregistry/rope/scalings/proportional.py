@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq
+from .._funcs import inv_freq
+from .base import RopeScaling
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,5 +55,5 @@ class Proportional(RopeScaling):
 
         k = rotated_pairs(params["partial_rotary_factor"], rotary_dim)
         omega = np.zeros(rotary_dim // 2, dtype=np.float64)
-        omega[:k] = base_inv_freq(rotary_dim, theta)[:k]
+        omega[:k] = inv_freq(rotary_dim, theta)[:k]
         return np.asarray(omega / params["factor"], dtype=np.float64)

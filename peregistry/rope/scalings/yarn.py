@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
-from .base import RopeScaling, base_inv_freq, context_option, factor_option
+from .._funcs import inv_freq
+from .base import RopeScaling, context_option, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -99,6 +100,6 @@ class Yarn(RopeScaling):
             high += 0.001  # Hugging Face: prevent a singular ramp
         ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
         extrapolation = 1.0 - ramp
-        omega = base_inv_freq(d, theta)
+        omega = inv_freq(d, theta)
         return np.asarray((omega / params["factor"]) * (1.0 - extrapolation)
                           + omega * extrapolation, dtype=np.float64)

@@ -1,4 +1,6 @@
-"""What a plugin that overrides a public method keeps: the base class's output guarantees.
+"""What is checked of an encoder class when it is declared: its declared defaults
+(:func:`check_defaults`), and what a plugin that overrides a public method keeps: the base
+class's output guarantees.
 
 A plugin implements the private hooks (``_encode``, ``_bias``, ``_embed``, rotary's tables);
 validation, the final cast and the namespace check live in the public methods. A plugin may still
@@ -14,6 +16,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+
+KINDS = ("absolute", "rotary", "bias", "relative-embedding")
+
+
+def _class_label(cls: type) -> str:
+    """How an encoder class is named in errors about its declaration: registry name and the
+    class's module (which names the plugin)."""
+    where = f"class {cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "name", "")
+    return f"encoder {name!r} ({where})" if name else where
+
+
+def check_defaults(cls: Any) -> None:
+    """Every declared default must be a value its option accepts (see
+    :meth:`Option.check_default`)."""
+    for spec in cls._option_specs.values():
+        spec.check_default(_class_label(cls))
 
 
 class OverrideError(TypeError):

@@ -1,0 +1,206 @@
+"""The one store of computed tables, and the position tables rotary encoders keep in it.
+
+Whatever peregistry keeps between calls sits in :data:`STORE`: entries keyed by the values that
+determine them (an encoder's class and options, the device, the dtypes, what they cover), least
+recently used first out beyond one byte budget (:func:`set_table_cache_bytes`; 0 keeps
+nothing), emptied by :func:`clear_caches`, one lock around each lookup and insertion. An entry
+is found again only through an equal key, never through an object's identity or a version
+counter, and nothing made inside a trace or an inference-mode region is kept.
+
+A rotary encoder keeps one table per device and dtype: the half-width ``(cos, sin)`` of
+positions ``0 .. n-1`` (``n`` a power of two, grown by doubling). ``positions=None`` at an
+integer ``offset`` reads rows ``offset .. offset+seq-1`` (a slice) and integer position ids
+gather rows. The angles are elementwise, so each row is what computing that position alone
+gives: results equal a fresh computation, bit for bit.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import peregistry.rope._delegation as _delegation
+
+if TYPE_CHECKING:
+    from ..encoders.context import Ctx
+    from .encoder import RotaryEncoder
+
+__all__ = ["STORE", "Store", "clear_caches", "gathered_rows", "offset_rows", "position_table",
+           "set_table_cache_bytes", "table_cache_bytes"]
+
+Tables = tuple[Any, Any]
+
+#: The default budget of :data:`STORE`, unless ``PEREGISTRY_TABLE_CACHE_BYTES`` says otherwise.
+DEFAULT_BUDGET = 256 << 20
+#: The smallest position table: decoding grows it rarely.
+MIN_ROWS = 1024
+
+
+def _budget_from_env() -> int:
+    text = os.environ.get("PEREGISTRY_TABLE_CACHE_BYTES", "").strip()
+    if not text:
+        return DEFAULT_BUDGET
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"PEREGISTRY_TABLE_CACHE_BYTES must be a number of bytes >= 0, got "
+                         f"{text!r}")
+    return value
+
+
+class Store:
+    """Entries keyed by value, least recently used first out beyond a byte budget. Thread-safe:
+    each lookup and insertion holds one lock."""
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
+        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._budget: int | None = None  # read from the environment on first use
+
+    @property
+    def budget(self) -> int:
+        if self._budget is None:
+            self._budget = _budget_from_env()
+        return self._budget
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: Any) -> Any:
+        """The entry of ``key``, or None (also for a key that cannot be hashed)."""
+        with self._lock:
+            try:
+                entry = self._entries.get(key)
+            except TypeError:
+                return None
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        """Keep ``value`` (of ``nbytes``) under ``key``, if it fits in the budget at all."""
+        budget = self.budget
+        with self._lock:
+            try:
+                old = self._entries.pop(key, None)
+            except TypeError:
+                return
+            if old is not None:
+                self._bytes -= old[1]
+            if nbytes > budget:
+                return
+            self._entries[key] = (value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > budget:
+                _, (_, n) = self._entries.popitem(last=False)
+                self._bytes -= n
+
+    def set_budget(self, nbytes: int) -> None:
+        with self._lock:
+            self._budget = nbytes
+            while self._bytes > nbytes:
+                _, (_, n) = self._entries.popitem(last=False)
+                self._bytes -= n
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: The one store of the process.
+STORE = Store()
+
+
+def clear_caches() -> None:
+    """Free everything peregistry keeps: the tables of :data:`STORE`, the programs compiled for
+    eager JAX calls and the torch kernel's plans of tensor layouts (made again on next use;
+    results never change, only speed)."""
+    from .._jax_eager import clear as clear_programs
+    from ._torch import PLANS
+
+    STORE.clear()
+    clear_programs()
+    PLANS.clear()
+
+
+def set_table_cache_bytes(nbytes: int) -> None:
+    """Set the bytes everything peregistry keeps may take together (default 256 MiB, or
+    ``PEREGISTRY_TABLE_CACHE_BYTES``); least recently used first out. 0 keeps nothing."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"set_table_cache_bytes: nbytes must be an int >= 0, got {nbytes!r}")
+    STORE.set_budget(nbytes)
+
+
+def table_cache_bytes() -> tuple[int, int]:
+    """``(bytes kept, budget)`` of the store."""
+    return STORE.nbytes, STORE.budget
+
+
+def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``) of ``enc`` in ``cdt``,
+    kept in :data:`STORE`; None where no table serves: the encoder's tables depend on the
+    sequence length or its class's ``positions=None`` are not ``offset + arange(seq)``, or the
+    table would not fit in ``enc._POSITION_TABLE_BYTES`` or the store's budget."""
+    # equal encoders (class and options) share a table; two registries may resolve a scaling
+    # name differently
+    scaling = getattr(getattr(enc, "_scaled", None), "scaling", None)
+    key = ("rotary positions", type(enc), enc._key, type(scaling), ctx.device, cdt, ctx.wide)
+    have = STORE.get(key)
+    if have is not None and 0 < end <= have[0].shape[-2]:
+        return have  # type: ignore[no-any-return]
+    if end <= 0 or not type(enc)._rows_at_offsets or enc._seq_len_dependence()[0] != "none":
+        return None
+    n = 1 << max(MIN_ROWS.bit_length() - 1, (end - 1).bit_length())
+    if have is not None:
+        n = max(n, 2 * have[0].shape[-2])
+    nbytes = 2 * n * enc._table_width() * (ctx.xp.finfo(cdt).bits // 8)
+    if nbytes > min(enc._POSITION_TABLE_BYTES, STORE.budget):
+        return None
+    xp = ctx.xp
+    with _delegation.cache_scope(xp):  # (torch: not an inference tensor)
+        pos = enc._default_positions(n, 0, ctx=ctx)
+        cos, sin = enc._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
+        table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
+    if _delegation.cacheable(table[0], ctx=ctx):  # (inside an enclosing trace JAX stages it)
+        STORE.put(key, table, nbytes)
+    return table
+
+
+def offset_rows(enc: RotaryEncoder, offset: int, seq: int, *, ctx: Ctx,
+                cdt: Any) -> Tables | None:
+    """Rows ``offset .. offset+seq-1`` of :func:`position_table` (views), or None."""
+    if offset < 0:
+        return None
+    table = position_table(enc, offset + seq, ctx=ctx, cdt=cdt)
+    if table is None:
+        return None
+    return table[0][..., offset:offset + seq, :], table[1][..., offset:offset + seq, :]
+
+
+def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """The rows of :func:`position_table` at eager integer ids ``pos`` (int32 or int64, read
+    on the host without a device synchronization), each ``(*pos.shape, width)``; None where the
+    table does not serve them (a negative id, a trace, no table)."""
+    xp = ctx.xp
+    if pos.dtype not in (xp.int32, xp.int64) or not _delegation.reads_cheaply(pos, xp=xp):
+        return None
+    size = 1
+    for n in pos.shape:
+        size *= int(n)
+    if size == 1 and not _delegation.rows_pay_off(xp):
+        return None  # (eager JAX: one position's gather costs more than computing it)
+    bounds = _delegation.int_bounds(pos, ctx=ctx) if size else None
+    if bounds is None or bounds[0] < 0:
+        return None
+    table = position_table(enc, bounds[1] + 1, ctx=ctx, cdt=cdt)
+    if table is None:
+        return None
+    return ctx.backend.take(table[0], pos, axis=0), ctx.backend.take(table[1], pos, axis=0)
