@@ -11,6 +11,13 @@ few units in the last place from one machine to another. Each file records the p
 made on (:func:`platform_key`); on that platform every output is compared bit for bit, on another
 float64 outputs are compared within ``FLOAT64_ULPS`` units of their largest magnitude, and every
 narrower dtype still bit for bit.
+
+Besides one call per encoder and layout, cases make sequences of calls as a model makes them
+(a decoder's one-token steps across the position table's growth, the same positions twice, ids
+written in place, sliding windows and decode steps of the pair encoders, ...), each output
+stored: there the encoders' memos, kept rows and tables, decode-step slices and kept pair
+operands serve the later calls, and a refactor of those must leave every output unchanged. On
+JAX, where each new shape compiles, these cases keep fewer shapes and dtypes (:func:`_lean`).
 """
 
 from __future__ import annotations
@@ -117,6 +124,445 @@ def _cases() -> Iterator[Case]:
     txl = per.get_encoder("transformer-xl", dim=8)
     yield "transformer-xl", lambda xp, a: txl.embed(a(ids[0]), a(ids[1]))
     yield "transformer-xl-f32", lambda xp, a: txl.embed(a(ids[0]), a(ids[1]), dtype="float32")
+    # Calls in the order a model makes them, where today's memos, kept rows, decode-step slices
+    # and kept pair operands serve the later ones (drawn after the inputs above: those stay).
+    q1 = rng.standard_normal((2, 4, 1, 16))  # one decoded token: 4 query heads
+    k1 = rng.standard_normal((2, 2, 1, 16))  # and 2 key heads (GQA)
+    cids = rng.integers(0, 8192, size=(2, 5))
+    bq, bk = rng.integers(0, 50, size=(2, 3)), rng.integers(0, 50, size=(1, 5))
+    yield from _rotary_cases(per, q1, k1, x16, cids, real)
+    yield from _mrope_cases(per, q1, k1, mids)
+    yield from _xpos_cases(per, q1, k1, x16, cids)
+    yield from _pair_cases(per, bq, bk, real)
+    yield from _absolute_cases(per, ids, real)
+    yield from _inference_cases(per, q1, k1, ids)
+
+
+def _ints(values: Any, dtype: str = "int64") -> np.ndarray:
+    """A fresh NumPy integer array (its own memory: a case may write into what it becomes)."""
+    return np.array(values, dtype=dtype)
+
+
+def _lean(xp: Any, *, keep: bool = False) -> bool:
+    """Whether ``xp`` is JAX's namespace. Eager JAX compiles a program per new shape and dtype
+    (~0.1 s each) and reads no position values on the host for one token or a pair encoder's
+    positions (no kept rows, pair operands or step slices there): its cases keep the calls its
+    memos, position tables and offset tables serve, in fewer shapes and dtypes. A case that is
+    not ``keep`` is skipped on JAX."""
+    lean = str(getattr(xp, "__name__", "")).startswith("jax")
+    if lean and not keep:
+        pytest.skip("fewer shapes and dtypes on eager JAX")
+    return lean
+
+
+def _overwrite(arr: Any, values: Any, a: Callable[..., Any]) -> Any:
+    """``arr`` with ``values`` written into it in place (a torch tensor's version counter moves,
+    NumPy's and array-api-strict's arrays change unseen); a new array where arrays are immutable
+    (JAX)."""
+    try:
+        arr[...] = a(values)
+    except TypeError:
+        return a(values)
+    return arr
+
+
+#: Position ids of a decoded token at ``p``: shape (1,), (2, 1, 1) (a batch of two sequences at
+#: ``p`` and ``p + 3``), (1, 1), and (1,) int32.
+_IDS: tuple[Callable[[int], np.ndarray], ...] = (
+    lambda p: _ints([p]), lambda p: _ints([[[p]], [[p + 3]]]), lambda p: _ints([[p]]),
+    lambda p: _ints([p], "int32"))
+
+
+def _decode_steps(e: Any, q: Any, k: Any, a: Callable[..., Any], *, offsets: range,
+                  points: tuple[int, ...], ids: int = len(_IDS), **kw: Any) -> list[Any]:
+    """A decoder's one-token rotations: q then k (fewer heads) at each offset, the last offset
+    again; then at each of ``points``, for the first ``ids`` kinds of :data:`_IDS`: q, k and q
+    at one ids object, then q at a new object of the same values; last (with ``ids``), ids
+    written in place between two calls."""
+    out = []
+    for o in offsets:
+        out += [e.rotate(q, offset=o, **kw), e.rotate(k, offset=o, **kw)]
+    out += [e.rotate(q, offset=offsets[-1], **kw), e.rotate(k, offset=offsets[-1], **kw)]
+    for p in points:
+        for v in (make(p) for make in _IDS[:ids]):
+            pid = a(v)
+            out += [e.rotate(q, pid, **kw), e.rotate(k, pid, **kw), e.rotate(q, pid, **kw),
+                    e.rotate(q, a(v.copy()), **kw)]
+    if ids:
+        pid = a(_ints([points[0]]))
+        out.append(e.rotate(q, pid, **kw))
+        pid = _overwrite(pid, _ints([points[-1] + 1]), a)
+        out += [e.rotate(q, pid, **kw), e.rotate(k, pid, **kw)]
+    return out
+
+
+def _rotary_cases(per: Any, q1: np.ndarray, k1: np.ndarray, x16: np.ndarray, cids: np.ndarray,
+                  real: np.ndarray) -> Iterator[Case]:
+    """Rotary decode loops across the position table's growth at 4096 (and beyond its reach),
+    cos_sin and tables at ids, and the sequence-length dependent scalings across
+    original_max_position_embeddings."""
+    llama3 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 64}
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    encoders = {  # name: (encoder, the whole sequence in every dtype)
+        "plain": (per.get_encoder("rotary", dim=16), True),
+        "llama3": (per.get_encoder("rotary", dim=16, scaling=llama3), True),
+        "yarn": (per.get_encoder("rotary", dim=16, scaling=yarn), True),
+        "last": (per.get_encoder("rotary", dim=16, rotary_dim=8, rotary_features="last"), False),
+        "negative": (per.get_encoder("rotary", dim=16, direction="negative"), False),
+        "interleaved": (per.get_encoder("rotary", dim=16, layout="interleaved"), False),
+    }
+    for name, (enc, full) in encoders.items():
+        tag = f"rotary-decode-{name}"
+        for dt in ("float32", "bfloat16", "float64"):
+            def decode(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                       full: bool = full, name: str = name) -> tuple[Any, ...]:
+                lean = _lean(xp, keep=dt == "float32" or name == "plain")
+                whole = not lean or (name, dt) == ("plain", "float32")  # (on JAX, one case whole)
+                q, k = a(q1, dt), a(k1, dt)
+                points = (5, 4095, 4096, 9000, 5) if full else (4095, 4096)
+                out = _decode_steps(e, q, k, a, offsets=range(4093, 4099) if full else range(4094, 4098),
+                                    points=points if not lean else (4095, 4096),
+                                    ids=len(_IDS) if not lean else 2 if whole else 1 if full else 0)
+                x = a(x16, dt)
+                if whole:  # a prompt across 4096, then one token; ids of rank 0
+                    out += [e.rotate(x, offset=4094), e.rotate(q, offset=4099),
+                            e.rotate(x, offset=4094), e.rotate(q, a(_ints(4097)))]
+                if full:  # beyond the position table's reach
+                    for o in (2**20 - 1, 2**20, 2**20 + 1, 2**20):
+                        out += [e.rotate(q, offset=o), e.rotate(k, offset=o)]
+                    if whole:
+                        out.append(e.rotate(x, offset=2**20 - 2))
+                if full and not lean:  # offsets as arrays (per sequence), Python lists, negatives,
+                    # offsets past int32 (no memo serves them: each validated, tables computed)
+                    for off in (_ints(4096), _ints([[[4095]], [[4097]]]), _ints(4096, "int32")):
+                        o = a(off)
+                        out += [e.rotate(q, offset=o), e.rotate(k, offset=o), e.rotate(q, offset=o)]
+                    out += [e.rotate(q, offset=a(real[3])), e.rotate(q, [4096]), e.rotate(q, [4096]),
+                            e.rotate(q, offset=-2), e.rotate(q, a(_ints([-3]))), e.rotate(q, a(_ints([-3]))),
+                            e.rotate(q, a(_ints([[[-3]], [[5]]]))), e.rotate(q, offset=2**31 - 1),
+                            e.rotate(k, offset=2**31 - 1), e.rotate(x, offset=2**31 - 3)]
+                return tuple(out)
+
+            yield f"{tag}-{dt}", decode
+        for dt in ("float32", "float64", "bfloat16"):
+            def cos_sin(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                        name: str = name) -> tuple[Any, ...]:
+                out = []
+                lean = _lean(xp, keep=name == "plain" and dt == "float32")
+                for idt in ("int64",) if lean else ("int64", "int32"):
+                    pid = a(_ints(cids, idt))
+                    out += [e.cos_sin(pid, dtype=dt), e.cos_sin(pid, dtype=dt)]
+                    one = a(_ints([4096], idt))
+                    out += [e.cos_sin(one, dtype=dt), e.cos_sin(one, dtype=dt),
+                            e.cos_sin(a(_ints(4095, idt)), dtype=dt)]
+                fp = a(real)
+                out += [e.cos_sin(fp, dtype=dt), e.cos_sin(fp, dtype=dt),
+                        e.cos_sin(a(real, "float32"), dtype=dt), e.cos_sin(a(cids + 0.5), dtype=dt)]
+                if not lean:  # one token of rank 2, negative ids
+                    out += [e.cos_sin(a(_ints([[4096]])), dtype=dt), e.cos_sin(a(_ints([-3])), dtype=dt),
+                            e.cos_sin(a(_ints([[-3, 4096]])), dtype=dt)]
+                return tuple(out)
+
+            yield f"{tag}-cos_sin-{dt}", cos_sin
+        for dt in ("float32", "bfloat16", "float64"):
+            def tables(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                       name: str = name) -> tuple[Any, ...]:
+                _lean(xp, keep=name == "plain" and dt == "float32")
+                q, k = a(q1, dt), a(k1, dt)
+                out = []
+                for v in (_ints([4096]), _ints([[[4095]], [[9001]]]), _ints([3], "int32")):
+                    pid = a(v)
+                    t = e.tables(pid)
+                    out += [t.rotate(q), t.rotate_all(q, k), t.rotate(k), e.rotate(q, pid),
+                            e.tables(pid).rotate_all(q, k)]
+                t = e.tables(a(real))
+                x = a(x16, dt)
+                out += [t.rotate(x), t.rotate_all(x, x[:, :2, ...]), t.rotate(a(x16, "float32"))]
+                return tuple(out)
+
+            yield f"{tag}-tables-{dt}", tables
+    for name, scaling in (
+            ("dynamic", {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}),
+            ("longrope", {"type": "longrope", "short_factor": [1.0 + i / 8 for i in range(8)],
+                          "long_factor": [2.0 + i / 4 for i in range(8)],
+                          "original_max_position_embeddings": 64, "factor": 8.0})):
+        enc = per.get_encoder("rotary", dim=16, scaling=scaling)
+        for dt in ("float32", "bfloat16", "float64"):
+            def scaled(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt) -> tuple[Any, ...]:
+                lean = _lean(xp, keep=dt == "float32")  # (a program per seq_len on JAX)
+                q, k = a(q1, dt), a(k1, dt)
+                out = _decode_steps(e, q, k, a, offsets=range(63, 65) if lean else range(61, 67),
+                                    points=(64,) if lean else (62, 63, 64, 100),
+                                    ids=1 if lean else len(_IDS))
+                x = a(x16, dt)
+                out += [e.rotate(x, offset=61), e.rotate(x, offset=61),
+                        e.rotate(q, offset=63, seq_len=64), e.rotate(q, offset=63, seq_len=65),
+                        e.rotate(x, a(_ints([60, 61, 62, 63, 64]))), e.cos_sin(a(_ints([63]))),
+                        e.cos_sin(a(_ints([64]))), e.tables(a(_ints([64]))).rotate_all(q, k)]
+                if not lean:
+                    out += [e.rotate(x, offset=59), e.cos_sin(a(_ints([[63], [64]])))]
+                return tuple(out)
+
+            yield f"rotary-decode-{name}-{dt}", scaled
+
+
+def _mrope_cases(per: Any, q1: np.ndarray, k1: np.ndarray, mids: np.ndarray) -> Iterator[Case]:
+    """M-RoPE decoding: text tokens (positions=None, or every axis at one position) and image
+    tokens (axes apart), each twice, with bands, cycles, pair_axes and feature_axes."""
+    split = (0,) * 4 + (1,) * 6 + (2,) * 6  # HunYuan-VL XD-RoPE: 2·sections[k] features per axis
+    encoders = {
+        "bands": per.get_encoder("mrope", dim=16, sections=(2, 3, 3)),
+        "cycles": per.get_encoder("mrope", dim=16, sections=(3, 3, 2), interleaved=True),
+        # Ernie-4.5-VL: height and width alternate, then time
+        "pair_axes": per.get_encoder("mrope", dim=16, sections=(2, 3, 3),
+                                     pair_axes=(1, 2, 1, 2, 1, 2, 0, 0)),
+        "feature_axes": per.get_encoder("mrope", dim=16, sections=(2, 3, 3), feature_axes=split),
+        "feature_axes-il": per.get_encoder("mrope", dim=16, sections=(2, 3, 3),
+                                           layout="interleaved", feature_axes=split),
+    }
+    tokens = ([[4095]] * 3, [[4096]] * 3, [[4096], [4102], [4097]], [[7], [3], [5]], [[7], [3], [5]],
+              [[[9000]]] * 3, [[[9000]], [[12]], [[4099]]], [[[[5]], [[6]]], [[[5]], [[9]]], [[[5]], [[2]]]])
+    for name, enc in encoders.items():
+        tag = f"mrope-decode-{name}"
+        for dt in ("float32", "bfloat16", "float64") if name == "bands" else ("float32", "bfloat16"):
+            def decode(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                       name: str = name) -> tuple[Any, ...]:
+                lean = _lean(xp, keep=name == "bands" or (dt == "float32" and name in (
+                    "pair_axes", "feature_axes")))
+                q, k = a(q1, dt), a(k1, dt)
+                out = []
+                for o in range(4094, 4098):
+                    out += [e.rotate(q, offset=o), e.rotate(k, offset=o)]
+                out += [e.rotate(q, offset=4097), e.rotate(k, offset=4097)]
+                for v in tokens[1:3] if lean else tokens:
+                    pid = a(_ints(v))
+                    out += [e.rotate(q, pid), e.rotate(k, pid), e.rotate(q, pid),
+                            e.rotate(q, a(_ints(v)))]
+                pid = a(_ints([[8]] * 3))
+                out.append(e.rotate(q, pid))
+                pid = _overwrite(pid, _ints([[8], [9], [10]]), a)
+                out += [e.rotate(q, pid), e.rotate(k, pid), e.rotate(q, offset=4098)]
+                return tuple(out)
+
+            yield f"{tag}-{dt}", decode
+
+        def cos_sin(xp: Any, a: Callable[..., Any], e: Any = enc, name: str = name) -> tuple[Any, ...]:
+            _lean(xp, keep=name in ("bands", "feature_axes"))
+            out = []
+            for v in ([[4096]] * 3, [[4096], [4102], [4097]], mids):
+                pid = a(_ints(v))
+                out += [e.cos_sin(pid), e.cos_sin(pid), e.cos_sin(pid, dtype="float32")]
+            return tuple(out)
+
+        yield f"{tag}-cos_sin", cos_sin
+        for dt in ("float32", "bfloat16"):
+            def tables(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                       name: str = name) -> tuple[Any, ...]:
+                _lean(xp, keep=dt == "float32" and name in ("bands", "feature_axes"))
+                q, k = a(q1, dt), a(k1, dt)
+                out = []
+                for v in ([[4096]] * 3, [[4096], [4102], [4097]], [[[7]], [[3]], [[5]]]):
+                    t = e.tables(a(_ints(v)))
+                    out += [t.rotate(q), t.rotate_all(q, k), t.rotate(k)]
+                return tuple(out)
+
+            yield f"{tag}-tables-{dt}", tables
+
+
+def _xpos_cases(per: Any, q1: np.ndarray, k1: np.ndarray, x16: np.ndarray,
+                cids: np.ndarray) -> Iterator[Case]:
+    """xPos (offset tables, no position table): queries and keys at offsets and ids."""
+    for name, enc, dtypes in (
+            ("default", per.get_encoder("xpos", dim=16), ("float32", "bfloat16", "float64")),
+            ("half-rd8", per.get_encoder("xpos", dim=16, rotary_dim=8, layout="half",
+                                         scale_origin=100.0), ("float32",))):
+        for dt in dtypes:
+            def decode(xp: Any, a: Callable[..., Any], e: Any = enc, dt: str = dt,
+                       name: str = name) -> tuple[Any, ...]:
+                # (xPos computes its tables operation by operation: on JAX a program each)
+                lean = _lean(xp, keep=dt == "float32" and name == "default")
+                q, k = a(q1, dt), a(k1, dt)
+                out = []
+                for role in ("query", "key"):
+                    out += _decode_steps(e, q, k, a, offsets=range(4094, 4098),
+                                         points=(4096,) if lean else (4095, 4096),
+                                         ids=1 if lean else len(_IDS), role=role)
+                for o in (4096, 4097, 4097):
+                    out += [e.rotate_queries(q, offset=o), e.rotate_keys(k, offset=o)]
+                pid = a(_ints([4100]))
+                out += [e.rotate_queries(q, pid), e.rotate_keys(k, pid), e.rotate_keys(q, pid),
+                        e.rotate(k, pid, role="key")]
+                for role in ("query", "key"):
+                    out += e.tables(pid, role=role).rotate_all(q, k)
+                    if not lean:
+                        out.append(e.tables(a(_ints(cids)), role=role).rotate(a(x16[:, :2], dt)))
+                return tuple(out)
+
+            yield f"xpos-decode-{name}-{dt}", decode
+
+        def cos_sin(xp: Any, a: Callable[..., Any], e: Any = enc) -> tuple[Any, ...]:
+            _lean(xp)
+            out = []
+            for role in ("query", "key"):
+                for v in (_ints(cids), _ints(cids, "int32"), _ints([4096])):
+                    pid = a(v)
+                    out += [e.cos_sin(pid, role=role), e.cos_sin(pid, role=role, dtype="float32")]
+                out.append(e.cos_sin(a(cids + 0.25), role=role))
+            return tuple(out)
+
+        yield f"xpos-{name}-cos_sin", cos_sin
+
+
+def _pair_cases(per: Any, bq: np.ndarray, bk: np.ndarray, real: np.ndarray) -> Iterator[Case]:
+    """T5 (both directions), ALiBi, Shaw and Transformer-XL on the positions a model gives them,
+    each sequence in one case: repeated calls, sliding windows, decode steps, few and many
+    pairs, distances beyond max_distance, batched positions, int32 and int64; float32 and
+    bfloat16 outputs on a shorter sequence (on JAX, where they only cast, fewer still)."""
+    encoders = [
+        ("t5", per.get_encoder("t5", num_heads=3), "bias", True),
+        ("t5-causal", per.get_encoder("t5", num_heads=3, bidirectional=False), "bias", True),
+        ("alibi", per.get_encoder("alibi", num_heads=8), "bias", False),
+        ("shaw", per.get_encoder("shaw", max_distance=16, dim=4), "embed", True),
+        ("transformer-xl", per.get_encoder("transformer-xl", dim=8), "embed", False),
+    ]
+    for name, enc, method, learned in encoders:
+        for dt in ("default", "float32", "bfloat16"):
+            def calls(xp: Any, a: Callable[..., Any], e: Any = enc, method: str = method,
+                      learned: bool = learned, dt: str = dt, name: str = name) -> tuple[Any, ...]:
+                kw: dict[str, Any] = {} if dt == "default" else {"dtype": dt}
+                if learned:
+                    kw["params"] = e.init(xp, seed=7)
+                fn = getattr(e, method)
+                out = []
+
+                def call(q: Any, k: Any, *, again: bool = False) -> None:
+                    qa, ka = a(_ints(q)), a(_ints(k))
+                    out.append(fn(qa, ka, **kw))
+                    if again:  # the same objects, then new objects of the same values
+                        out.extend([fn(qa, ka, **kw), fn(a(_ints(q)), a(_ints(k)), **kw)])
+
+                q3, k5 = np.arange(2, 5), np.arange(5)
+                lean = _lean(xp, keep=(dt, name) in (("default", "t5"), ("default", "alibi"), (
+                    "float32", "alibi"), ("default", "shaw"), ("default", "transformer-xl")))
+                if dt == "default" or not lean:
+                    call(q3, k5, again=True)  # few pairs
+                    for s in (100, 101, 5000):  # a sliding window: the same differences
+                        call(q3 + s, k5 + s)
+                for n in (8, 9) if dt == "default" and not lean else (9,):  # decode steps: the newest query
+                    call([n - 1], np.arange(n))  # against every key
+                call([8], np.arange(9), again=True)
+                call([1008], np.arange(1000, 1009))
+                call([4100], np.arange(9))  # a step beyond the steps' reach
+                if dt != "default":
+                    return tuple(out)
+                call([8], np.arange(9) + 4000)
+                call([0, 1, 2], np.arange(500, 505), again=True)  # beyond max_distance
+                call(np.arange(40) + 260, np.arange(300), again=True)  # many pairs
+                if not lean:  # (each a shape more on JAX, whose memos they do not reach)
+                    call(np.arange(20) + 30, np.arange(40), again=True)  # read, many pairs
+                    out.append(fn(a(_ints(bq)), a(_ints(bk)), **kw))  # batched (2, Q) vs (1, K)
+                    out.append(fn(a(_ints(bq)), a(_ints(bk)), **kw))
+                    for idt in ("int32", "int64"):
+                        qa = a(_ints(q3, idt))
+                        out += [fn(qa, a(_ints(k5, idt)), **kw), fn(qa, qa, **kw),  # (k is q)
+                                fn(a(_ints([8], idt)), a(_ints(np.arange(9), idt)), **kw)]
+                # New differences on every call: kept sets fill up unused, and the lookups pause
+                for s in range(0, 8 if lean else 80, 2):  # (on JAX only the validation memo)
+                    call(q3, k5 + s)
+                call(q3, k5, again=True)
+                call([8], np.arange(9), again=True)
+                if learned and not lean:  # Python lists, of the params' namespace (validated each time)
+                    out += [fn([8], list(range(9)), **kw), fn([8], list(range(9)), **kw)]
+                if name == "transformer-xl":
+                    if not lean:
+                        rq = a(real)
+                        out += [fn(rq, a(real[::-1].copy()), **kw), fn(rq, rq, **kw),
+                                fn(a(real, "float32"), a(real, "float32"), **kw)]
+                    call(np.arange(256), np.arange(256), again=True)  # one angle per distance
+                    call(np.arange(40) + 300000, np.arange(40), again=True)  # (no table of rows)
+                    if not lean:
+                        call(np.arange(3) + 2**20, np.arange(5), again=True)
+                return tuple(out)
+
+            yield f"{name}-calls-{dt}", calls
+
+
+def _absolute_cases(per: Any, ids: np.ndarray, real: np.ndarray) -> Iterator[Case]:
+    """Sinusoidal rows kept across calls (repeated ids, int32, tables grown, beyond reach) and
+    learned tables called repeatedly."""
+    for layout in ("interleaved", "split"):
+        enc = per.get_encoder("sinusoidal", dim=16, layout=layout)
+
+        def calls(xp: Any, a: Callable[..., Any], e: Any = enc) -> tuple[Any, ...]:
+            lean = _lean(xp, keep=True)  # (on JAX no rows are kept: the memos of constants)
+            pid = a(_ints(ids))
+            out = [e.encode(pid), e.encode(pid), e.encode(a(_ints(ids))), e.encode(pid, dtype="float32")]
+            points = ([3], 7, np.arange(1000, 1030), np.arange(9000, 9004), [50000, 3],
+                      np.arange(2**20, 2**20 + 3), [2**31 - 1, 0])
+            for v in () if lean else points:
+                out += [e.encode(a(_ints(v))), e.encode(a(_ints(v, "int32"))), e.encode(a(_ints(v)))]
+            out += [e.encode(a(real)), e.encode(a(real))]
+            if not lean:
+                out += [e.encode(a(_ints(ids, "int32"))), e.encode(pid, dtype="float16"),
+                        e.encode(a(_ints([-5, 3]))), e.encode(a(real, "float32"))]
+            return tuple(out)
+
+        yield f"sinusoidal-{layout}-calls", calls
+    learned = per.get_encoder("learned", num_positions=64, dim=8)
+    grid = per.get_encoder("learned-2d", height=6, width=7, dim=4)
+
+    def learned_calls(xp: Any, a: Callable[..., Any]) -> tuple[Any, ...]:
+        lean = _lean(xp, keep=True)
+        p = learned.init(xp, seed=3)
+        pid = a(_ints(ids % 64))
+        out = [learned.encode(pid, params=p), learned.encode(pid, params=p),
+               learned.encode(pid, params=p, dtype="float32")]
+        g = grid.init(xp, seed=4)
+        cells = a(_ints(np.stack((ids % 6, ids % 7), axis=-1)))
+        out += [grid.encode(cells, params=g), grid.encode(cells, params=g),
+                grid.grid(6, 7, params=g), grid.grid(6, 7, params=g)]
+        if not lean:
+            out += [learned.encode(a(_ints(ids % 64, "int32")), params=p), grid.grid(3, 2, params=g)]
+        return tuple(out)
+
+    yield "learned-calls", learned_calls
+
+
+def _inference_cases(per: Any, q1: np.ndarray, k1: np.ndarray, ids: np.ndarray) -> Iterator[Case]:
+    """torch.inference_mode: nothing made there is kept (inference tensors), and what was kept
+    before serves it."""
+    rotary = per.get_encoder("rotary", dim=16)
+    mrope = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    sinusoidal = per.get_encoder("sinusoidal", dim=16)
+    pairs = [per.get_encoder("t5", num_heads=3), per.get_encoder("alibi", num_heads=8),
+             per.get_encoder("shaw", max_distance=16, dim=4), per.get_encoder("transformer-xl", dim=8)]
+
+    def calls(xp: Any, a: Callable[..., Any]) -> tuple[Any, ...]:
+        if getattr(xp, "__name__", "") != "torch":
+            pytest.skip("torch only")
+        params = [e.init(xp, seed=9) if e.learned else None for e in pairs]
+        out = []
+        for inference in (True, False, True):
+            with xp.inference_mode(inference):
+                q, k = a(q1, "float32"), a(k1, "float32")
+                for o in (5000, 5001, 5001):
+                    out += [rotary.rotate(q, offset=o), rotary.rotate(k, offset=o)]
+                pid = a(_ints([5002]))
+                out += [rotary.rotate(q, pid), rotary.rotate(k, pid), rotary.cos_sin(a(_ints([[5003, 7]])))]
+                t = rotary.tables(a(_ints([[[5004]], [[6]]])))
+                out += [t.rotate_all(q, k), t.rotate(q)]
+                tok = a(_ints([[5005], [5007], [5006]]))
+                out += [mrope.rotate(q, tok), mrope.rotate(k, tok), mrope.rotate(q, offset=5008)]
+                out += [sinusoidal.encode(a(_ints(ids + 20000))), sinusoidal.encode(a(_ints(ids)))]
+                for e, p in zip(pairs, params, strict=True):
+                    fn = e.bias if e.kind == "bias" else e.embed
+                    for qv, kv in (([8], np.arange(9)), ([2, 3, 4], np.arange(5)), ([2, 3, 4], np.arange(5)),
+                                   (np.arange(20), np.arange(40))):
+                        out.append(fn(a(_ints(qv)), a(_ints(kv)), params=p))
+        return tuple(out)
+
+    yield "torch-inference-mode", calls
 
 
 def _backend_setup(name: str) -> tuple[Any, Callable[..., Any], Callable[[Any], np.ndarray]]:
@@ -146,7 +592,10 @@ def _backend_setup(name: str) -> tuple[Any, Callable[..., Any], Callable[[Any], 
 
 
 def _flatten(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, tuple) else [out]
+    """The arrays of a case's output, nested tuples (cos_sin, rotate_all) in order."""
+    if not isinstance(out, tuple):
+        return [out]
+    return [a for o in out for a in _flatten(o)]
 
 
 def platform_key(backend: str) -> str:
