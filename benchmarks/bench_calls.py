@@ -1,4 +1,4 @@
-"""The cost of small calls (issue 17), as ratios against hand-written code measured in one run.
+"""The cost of small calls, as ratios against hand-written code measured in one run.
 
 Each ratio is median(time of ours) / median(time of the reference), the two timed in
 interleaved repetitions so that drifts of the (shared) machine hit both alike. Sections
@@ -9,13 +9,11 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     call, as in generation) vs a hand-written NumPy RoPE. Goal <= 1.2x.
 ``calls``
     The fixed cost of every public method on small inputs, eager, one thread: µs per call of
-    ours and of the hand-written code, for NumPy, torch and JAX (not jitted). Goal: <= 20 µs per
-    call on NumPy and torch; on eager JAX, where one small operation costs several µs itself,
-    ours minus hand-written <= 20 µs. Each case repeats one call (a rotary call is then the
-    remembered case); ``t5`` is also given new positions arrays on every call: of the same values,
-    shifted (a sliding window), and of new differences ``k - q`` (nothing kept serves them); and
-    every pair kind is given a decoder's step, one query against one key more each step (the
-    hand-written code at 1 x 8).
+    ours and of the hand-written code, for NumPy, torch and JAX (not jitted). Goal: ours <= 2x
+    the hand-written function (issue 29; no absolute µs goal). Nothing of a call is kept, so
+    repeating one call costs what a new one does; ``t5`` is also given new positions arrays on
+    every call (the same values, shifted, and new differences ``k - q``), and every pair kind a
+    decoder's step, one query against one key more each step (the hand-written code at 1 x 8).
 ``llama``
     A tiny Llama (transformers; 2 layers, hidden 64, one thread) generating 32 tokens: ms/token
     with the model's own RoPE, with ``enc.cos_sin`` feeding the model's apply function, and with
@@ -25,7 +23,7 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     and ``learned`` at the quick size 256x64 on NumPy (the per-call overhead).
 ``startup``
     ``import peregistry; get_encoder('rotary', dim=64)`` vs ``import numpy`` in fresh
-    interpreters (goal <= 1.3x), and that ``import peregistry`` imports no array framework.
+    interpreters (goal <= 1.6x), and that ``import peregistry`` imports no array framework.
 ``load``
     The pure-torch path (``PEREGISTRY_NATIVE=0``, 2 threads) of ``rotate`` (1, 32, 2048, 128)
     vs a clone, and M-RoPE ``cos_sin`` from explicit positions, idle and with the other core
@@ -58,6 +56,8 @@ import peregistry as per
 from peregistry.bench._hand import hand_learned, hand_transformer_xl
 
 SECTIONS = ("decode", "calls", "llama", "txl", "startup", "load")
+#: A small call's fixed cost: at most this many times the hand-written function's.
+CALL_GOAL = 2.0
 
 
 def interleaved(fns: list[Callable[[], Any]], reps: int, inner: int = 1,
@@ -218,32 +218,29 @@ def _small_cases(xp: Any, asarray: Callable[..., Any]) -> Iterator[tuple[str, An
 
 def section_calls(reps: int, only: tuple[str, ...] = ("numpy", "torch", "jax")) -> None:
     print("fixed cost per call, small inputs, eager, one thread (µs per call)")
-    backends: list[tuple[str, Any, Callable[..., Any], Callable[[Any], Any], float | None]] = [
-        ("numpy", np, np.asarray, lambda r: r, 20e-6)]
+    backends: list[tuple[str, Any, Callable[..., Any], Callable[[Any], Any]]] = [
+        ("numpy", np, np.asarray, lambda r: r)]
     try:
         import torch
 
         torch.set_num_threads(1)
-        backends.append(("torch", torch, torch.as_tensor, lambda r: r, 20e-6))
+        backends.append(("torch", torch, torch.as_tensor, lambda r: r))
     except ImportError:
         print("torch not installed: skipped")
     try:
         import jax
         import jax.numpy as jnp
 
-        backends.append(("jax", jnp, jnp.asarray, jax.block_until_ready, None))
+        backends.append(("jax", jnp, jnp.asarray, jax.block_until_ready))
     except ImportError:
         print("jax not installed: skipped")
-    for name, xp, asarray, sync, goal in backends:
+    for name, xp, asarray, sync in backends:
         if name not in only:
             continue
         for label, ours, hand in _small_cases(xp, asarray):
             o, h = interleaved([ours, hand], reps, inner=200 if name != "jax" else 20, sync=sync)
-            ok = o <= goal if goal is not None else (o - h) <= 20e-6
-            what = "<= 20 µs" if goal is not None else "extra <= 20 µs"
             print(f"  {name:<6} {label:<34} ours {o * 1e6:7.1f} µs  hand {h * 1e6:7.1f} µs  "
-                  f"extra {(o - h) * 1e6:+6.1f} µs  {o / h:5.2f}x  {verdict(ok)} ({what})",
-                  flush=True)
+                  f"{o / h:5.2f}x  {verdict(o <= CALL_GOAL * h)} (<= {CALL_GOAL}x)", flush=True)
 
 
 # -- 2b. a tiny Llama ------------------------------------------------------------------------------
@@ -343,7 +340,7 @@ def section_startup(reps: int) -> None:
             run((ours_s, base_s)[i])()
             times[i].append(time.perf_counter() - t0)
     o, h = statistics.median(times[0]), statistics.median(times[1])
-    report("import peregistry; get_encoder('rotary', dim=64)", o, h, 1.3)
+    report("import peregistry; get_encoder('rotary', dim=64)", o, h, 1.6)
     print(f"  (fastest runs: {min(times[0]) * 1e3:.1f} ms vs {min(times[1]) * 1e3:.1f} ms, "
           f"{min(times[0]) / min(times[1]):.2f}x)")
 
