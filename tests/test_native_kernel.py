@@ -253,6 +253,73 @@ def test_native_switch_off_and_bad_value() -> None:
     assert "PEREGISTRY_NATIVE='maybe': expected 1 or 0" in r.stderr
 
 
+# -- the NumPy path ---------------------------------------------------------------------------------
+@pytest.fixture
+def numpy_selected() -> None:
+    if "numpy" not in SELECTED:
+        pytest.skip("backend numpy not selected by PEREGISTRY_BACKENDS")
+
+
+def test_numpy_kernel_takes_arrays_as_buffers(kernel: Any) -> None:
+    """The kernel reads an array given itself (its buffer) as it reads its address."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 16)).astype(np.float32)
+    cos, sin = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    by_address = run_kernel(kernel, x, cos, sin, 16, False)
+    out = np.empty_like(x)
+    kernel.rotate(x, out, cos, sin, 0, 0, 16, 16, False, x.shape[:-1], (0, 8), (0, 8), 1)
+    np.testing.assert_array_equal(out, by_address)
+    with pytest.raises(TypeError):  # an object that is neither an address nor a buffer
+        kernel.rotate(x, "out", cos, sin, 0, 0, 16, 16, False, x.shape[:-1], (0, 8), (0, 8), 1)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [None, 48])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("pos_shape", [None, (64,), (2, 1, 64), (2, 3, 64)])
+def test_numpy_kernel_is_the_generic_rotation(
+        numpy_selected: None, kernel: Any, monkeypatch: pytest.MonkeyPatch, layout: str,
+        rotary_dim: int | None, dtype: str, pos_shape: tuple[int, ...] | None) -> None:
+    """NumPy arrays rotate through the C kernel (one call each), bit for bit the generic Array API
+    rotation (the reference), for both layouts, partial rotary and tables broadcast over batch
+    and heads; through ``tables()`` too."""
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=64, rotary_dim=rotary_dim, layout=layout)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 64, 64)).astype(dtype)
+    pos = None if pos_shape is None else rng.integers(0, 5000, size=pos_shape)
+    calls = _native_calls(monkeypatch, kernel)
+    fast = enc.rotate(x, pos)
+    via_tables = enc.tables(np.arange(64) if pos is None else pos).rotate(x)
+    assert len(calls) == 2
+    ref = enc._rotate(x, pos, offset=0, params=None, seq_len=None, native=False)
+    assert fast.dtype == x.dtype and fast.shape == x.shape
+    np.testing.assert_array_equal(fast, ref)
+    np.testing.assert_array_equal(via_tables, ref)
+
+
+def test_numpy_kernel_is_skipped_where_it_does_not_apply(numpy_selected: None, kernel: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Views that are not C-contiguous, float16, masked arrays and the kernel switched off take
+    the generic rotation, with its bits."""
+    import peregistry as per
+
+    enc = per.get_encoder("rotary", dim=16)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 8, 16))
+    calls = _native_calls(monkeypatch, kernel)
+    for arr in (x[:, ::2], x.astype(np.float16), np.ma.masked_array(x)):
+        got = enc.rotate(arr)
+        ref = enc._rotate(np.asarray(arr), None, offset=0, params=None, seq_len=None,
+                          native=False)
+        np.testing.assert_array_equal(np.asarray(got), ref)
+    assert calls == []
+    monkeypatch.setattr(_kernel.KERNEL, "module", None)
+    np.testing.assert_array_equal(enc.rotate(x), enc._rotate(x, None, offset=0, params=None,
+                                                            seq_len=None, native=False))
+
+
 # -- the torch adapter -----------------------------------------------------------------------------
 @pytest.fixture
 def torch() -> Any:

@@ -1,5 +1,5 @@
 /*
- * peregistry._rotary_kernel: the fused CPU rotation behind the torch adapter's eager path.
+ * peregistry._rotary_kernel: the fused CPU rotation behind the eager torch and NumPy paths.
  *
  * For every row x of a C-contiguous (rows, dim) array and its table rows c, s (rotary_dim/2
  * entries each) it writes, for each pair (a, b):
@@ -24,9 +24,9 @@
  * entry point (the torch adapter passes torch's own, so the kernel runs on torch's intra-op
  * threads instead of competing with them for cores), else POSIX threads.
  *
- * The interface is deliberately framework-free (addresses, shapes and strides as Python ints):
- * the adapters that call it own all validation, and the generic Array API rotation stays the
- * reference it is tested against.
+ * The interface is deliberately framework-free (addresses or buffer-protocol objects, shapes
+ * and strides as Python ints): the fast paths that call it (torch's and NumPy's) own all
+ * validation, and the generic Array API rotation stays the reference it is tested against.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -268,11 +268,40 @@ static int read_sizes(PyObject *seq, Py_ssize_t n, Py_ssize_t *dst, const char *
     return 0;
 }
 
+/* The address of the first element of `o`: `o` itself if an int, else the buffer `o` exports
+ * (held in `view` until release_all; `writable` for the output). */
+static int address_of(PyObject *o, int writable, Py_buffer *view, int *held, uintptr_t *addr) {
+    if (PyLong_Check(o)) {
+        unsigned long long a = PyLong_AsUnsignedLongLong(o);
+        if (a == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        *addr = (uintptr_t)a;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, view, writable ? PyBUF_STRIDED : PyBUF_STRIDED_RO) < 0)
+        return -1;
+    *held = 1;
+    *addr = (uintptr_t)view->buf;
+    return 0;
+}
+
+static void release_all(Py_buffer *views, const int *held) {
+    for (int k = 0; k < 4; k++)
+        if (held[k])
+            PyBuffer_Release(&views[k]);
+}
+
+static PyObject *rotate_at(uintptr_t x, uintptr_t out, uintptr_t cos, uintptr_t sin, int xdtype,
+                           int wdtype, Py_ssize_t dim, Py_ssize_t rotary_dim, int interleaved,
+                           PyObject *shape_o, PyObject *cstr_o, PyObject *sstr_o, int threads,
+                           unsigned long long gomp);
+
 PyDoc_STRVAR(rotate_doc,
 "rotate(x, out, cos, sin, xdtype, wdtype, dim, rotary_dim, interleaved, shape, cos_strides,\n"
 "       sin_strides, threads, gomp_parallel=0) -> None\n\n"
-"Rotate the C-contiguous rows of length `dim` at address `x` into `out` (same layout, no\n"
-"overlap). `shape` is x.shape[:-1]; `cos_strides`/`sin_strides` are the tables' element\n"
+"Rotate the C-contiguous rows of length `dim` at `x` into `out` (same layout, no overlap);\n"
+"`x`, `out`, `cos`, `sin` are addresses (ints) or objects exporting a buffer (a NumPy array:\n"
+"its first element). `shape` is x.shape[:-1]; `cos_strides`/`sin_strides` are the tables' element\n"
 "strides over those axes (0 where they broadcast), their last axis contiguous with\n"
 "rotary_dim/2 entries. dtype codes: 0 float32, 1 float64, 2 bfloat16 (x), and 0 or 1 for\n"
 "the tables. Up to `threads` workers: the OpenMP team of the runtime whose GOMP_parallel is at\n"
@@ -280,15 +309,35 @@ PyDoc_STRVAR(rotate_doc,
 "are valid for these extents.");
 
 static PyObject *rotate(PyObject *self, PyObject *args) {
-    unsigned long long x, out, cos, sin, gomp = 0;
+    PyObject *obj[4];
+    unsigned long long gomp = 0;
     int xdtype, wdtype, interleaved, threads;
     Py_ssize_t dim, rotary_dim;
     PyObject *shape_o, *cstr_o, *sstr_o;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKKKiinnpOOOi|K", &x, &out, &cos, &sin, &xdtype, &wdtype,
-                          &dim, &rotary_dim, &interleaved, &shape_o, &cstr_o, &sstr_o, &threads,
-                          &gomp))
+    if (!PyArg_ParseTuple(args, "OOOOiinnpOOOi|K", &obj[0], &obj[1], &obj[2], &obj[3], &xdtype,
+                          &wdtype, &dim, &rotary_dim, &interleaved, &shape_o, &cstr_o, &sstr_o,
+                          &threads, &gomp))
         return NULL;
+    Py_buffer views[4];
+    int held[4] = {0, 0, 0, 0};
+    uintptr_t addr[4];
+    for (int k = 0; k < 4; k++) {
+        if (address_of(obj[k], k == 1, &views[k], &held[k], &addr[k]) < 0) {
+            release_all(views, held);
+            return NULL;
+        }
+    }
+    PyObject *result = rotate_at(addr[0], addr[1], addr[2], addr[3], xdtype, wdtype, dim,
+                                 rotary_dim, interleaved, shape_o, cstr_o, sstr_o, threads, gomp);
+    release_all(views, held);
+    return result;
+}
+
+static PyObject *rotate_at(uintptr_t x, uintptr_t out, uintptr_t cos, uintptr_t sin, int xdtype,
+                           int wdtype, Py_ssize_t dim, Py_ssize_t rotary_dim, int interleaved,
+                           PyObject *shape_o, PyObject *cstr_o, PyObject *sstr_o, int threads,
+                           unsigned long long gomp) {
     if (xdtype < 0 || xdtype > 2) {
         PyErr_Format(PyExc_ValueError, "xdtype: unsupported code %d", xdtype);
         return NULL;

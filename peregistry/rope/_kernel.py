@@ -5,8 +5,9 @@ succeeds and the engine keeps its pure framework paths. ``PEREGISTRY_NATIVE=0`` 
 kernel off for a process (to compare the two paths, or to rule the kernel out when debugging).
 :func:`kernel_status` says which applies; ``peregistry bench`` prints it.
 
-Framework-free: the kernel takes addresses, shapes and element strides, and the fast path that
-calls it (:mod:`._torch`) checks device, dtype, layout and broadcasting first.
+Framework-free: the kernel takes addresses (or buffers), shapes and element strides, and the fast
+paths that call it (:mod:`._torch`, :mod:`._numpy`) check device, dtype, layout and
+broadcasting first.
 """
 
 from __future__ import annotations

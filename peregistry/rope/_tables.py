@@ -121,14 +121,16 @@ STORE = Store()
 
 def clear_caches() -> None:
     """Free everything peregistry keeps: the tables of :data:`STORE`, the programs compiled for
-    eager JAX calls and the torch kernel's plans of tensor layouts (made again on next use;
-    results never change, only speed)."""
+    eager JAX calls and the C kernel's plans of array layouts (made again on next use; results
+    never change, only speed)."""
     from .._jax_eager import clear as clear_programs
-    from ._torch import PLANS
+    from ._numpy import PLANS as NUMPY_PLANS
+    from ._torch import PLANS as TORCH_PLANS
 
     STORE.clear()
     clear_programs()
-    PLANS.clear()
+    NUMPY_PLANS.clear()
+    TORCH_PLANS.clear()
 
 
 def set_table_cache_bytes(nbytes: int) -> None:
