@@ -46,7 +46,7 @@ class PluginManager(pluggy.PluginManager):
     attributes of a module plugin that pluggy would reject anyway.
 
     ``register`` asks it of every name in ``dir(plugin)`` and pluggy answers through
-    ``inspect.getattr_static`` (~4 µs a name, ~1 ms for the built-in modules at startup). A value
+    ``inspect.getattr_static``, slowly for the whole start of every process. A value
     in a plain module's ``__dict__`` that is not a function, method, staticmethod or classmethod,
     or a function without the ``<project>_impl`` marker, is never an implementation for pluggy
     either; everything else is left to pluggy.

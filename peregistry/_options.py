@@ -348,7 +348,7 @@ def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]
 
 
 def _parse_json_object(word: str) -> Any:
-    import json  # the command line only: ~1 ms at every start otherwise
+    import json  # the command line only, not at every start
 
     try:
         value = json.loads(word)

@@ -74,7 +74,7 @@ class Registry:
 
     def __init__(self, *, entry_points: bool = True) -> None:
         self._use_entry_points = entry_points
-        # _thread's RLock is threading.RLock (importing threading costs ~1 ms at startup)
+        # _thread's RLock is threading.RLock, without importing threading at every start
         self._lock = _thread.RLock()
         self._pm: pluggy.PluginManager | None = None
         self._plugins: dict[str, PluginInfo] = {}
@@ -186,7 +186,7 @@ class Registry:
             _current_services.reset(token)
 
     def _not_found_message(self, name: str, snap: Snapshot) -> str:
-        import difflib  # only for this error: ~0.7 ms at startup otherwise
+        import difflib  # only for this error, not at every start
 
         known = sorted(snap.encoders)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)

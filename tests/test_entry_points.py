@@ -1,8 +1,9 @@
-"""Entry points read with ``importlib.metadata``, one distribution at a time: the same entry
-points, distributions and order as ``importlib.metadata.entry_points(group=...)``, here and in
-made-up ``sys.path`` layouts; and a distribution that cannot be read (a file that is not UTF-8,
-an entry point line without ``=``, a symlink loop) is shown by ``list_encoders`` as an ``error``
-naming it, when it may be a plugin, while every other encoder keeps working."""
+"""Entry points read one distribution at a time (by peregistry's own reading of the plain
+layout, else by ``importlib.metadata``): the same entry points, distributions and order as
+``importlib.metadata.entry_points(group=...)``, here and in made-up ``sys.path`` layouts; and a
+distribution that cannot be read (a file that is not UTF-8, an entry point line without ``=``, a
+symlink loop) is shown by ``list_encoders`` as an ``error`` naming it, when it may be a plugin,
+while every other encoder keeps working, whichever reads it."""
 
 from __future__ import annotations
 
@@ -239,11 +240,27 @@ def errors(reg: Registry) -> dict[str, str]:
     return {r.plugin.name: r.error or "" for r in reg.list_encoders() if r.status != "ok"}
 
 
+class NoDistributions:
+    """A distribution finder that finds none: with it on ``sys.meta_path``, the entry points are
+    read through ``importlib.metadata`` (the layout is not the plain one peregistry reads)."""
+
+    @staticmethod
+    def find_spec(*args: Any) -> None:
+        return None
+
+    @staticmethod
+    def find_distributions(*args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+@pytest.mark.parametrize("reader", ["own", "importlib.metadata"])
 @pytest.mark.parametrize("case", BROKEN)
-def test_a_broken_distribution_is_reported_by_name_and_breaks_nothing(site: Path,
-                                                                      case: str) -> None:
+def test_a_broken_distribution_is_reported_by_name_and_breaks_nothing(
+        site: Path, case: str, reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
     make, said = BROKEN[case]
     make(site)
+    if reader == "importlib.metadata":
+        monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, NoDistributions])
     reg = Registry()
     assert reg.get_encoder("rotary", dim=8).name == "rotary"
     rows = reg.list_encoders()

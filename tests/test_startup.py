@@ -23,9 +23,10 @@ from peregistry._entry_points import entry_points
 from peregistry._loading import PluginManager
 
 FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
-#: Modules that peregistry's startup need not import: json (command-line option parsing) and
+#: Modules that peregistry's startup need not import: importlib.metadata (and email, zipfile
+#: behind it) for the entry points of the usual layout; json (command-line option parsing) and
 #: difflib (close-match hints in errors) until used.
-NOT_AT_STARTUP = ("json", "difflib")
+NOT_AT_STARTUP = ("importlib.metadata", "email", "zipfile", "json", "difflib")
 
 
 def fresh(code: str, env: dict[str, str] | None = None) -> Any:
@@ -36,7 +37,7 @@ def fresh(code: str, env: dict[str, str] | None = None) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_rotary_encoder_at_startup_loads_numpy_only() -> None:
+def test_rotary_encoder_at_startup_loads_numpy_only_and_no_metadata_machinery() -> None:
     got = fresh(
         "import sys, peregistry\n"
         f"before = [m for m in {FRAMEWORKS!r} if m in sys.modules]\n"

@@ -53,9 +53,8 @@ class JaxBackend(Backend):
         """None for an array not committed to a device that lives on the process's first local
         device while no default device is set (``jnp.asarray``'s, usually): the arrays made
         for it are then not committed either, and land where it is. A compiled call with
-        inputs of both placements commits the others first (a ``device_put``, ~18 µs each).
-        Its device otherwise, as before: a cache keyed by None holds arrays of that one
-        device only."""
+        inputs of both placements commits the others first (a ``device_put`` each). Its device
+        otherwise."""
         device = self.device(x)
         if device is None or x.committed:
             return device

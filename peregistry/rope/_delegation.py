@@ -49,6 +49,7 @@ __all__ = [
     "half_cos_sin",
     "int_bounds",
     "materialize",
+    "read_one",
     "reads_cheaply",
     "rotate",
     "rows_pay_off",
@@ -109,9 +110,8 @@ def _rotation_in(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bo
 def full_width_tables(cos: Any, sin: Any, *, layout: Layout, dtype: Any,
                       xp: Any) -> tuple[Any, Any]:
     """Half-width tables spread to full width (:func:`._funcs.full_width`) and cast to
-    ``dtype``. On eager JAX as one program per shape (two concatenations and two casts
-    dispatched one by one cost ~100 µs), the cast to a 16-bit dtype left outside as in
-    :func:`rotate`."""
+    ``dtype``. On eager JAX as one program per shape (not two concatenations and two casts
+    dispatched one by one), the cast to a 16-bit dtype left outside as in :func:`rotate`."""
     if _is_jax(xp) and not (_is_tracer(cos) or _is_tracer(sin)):
         from .._jax_eager import compiled_call
 
@@ -126,7 +126,7 @@ def full_width_tables(cos: Any, sin: Any, *, layout: Layout, dtype: Any,
 
 def _spread(cos: Any, sin: Any, *, layout: Layout, dtype: Any, xp: Any) -> tuple[Any, Any]:
     # Cast, then spread: the same elements (a cast is elementwise), half of them to convert,
-    # and a spread that copies the narrower dtype (4096x64 float64 tables: 2 ms less of 3).
+    # and a spread that copies the narrower dtype.
     if dtype is not None and cos.dtype != dtype:
         cos, sin = xp.astype(cos, dtype), xp.astype(sin, dtype)
     return full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
@@ -193,6 +193,17 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     return int(lo), int(hi)
 
 
+def read_one(x: Any, *, ctx: Ctx) -> int | None:
+    """The value of a one-element integer array that no trace holds (the caller checked), as a
+    Python int; None where reading it would be staged (JAX inside an enclosing ``jax.jit``)."""
+    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
+        return int(x)  # an eager tensor of one element, any shape: no staging, no reshape
+    one = ctx.xp.reshape(x, ())
+    if ctx.backend.is_tracing(one):
+        return None
+    return int(one)
+
+
 def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
     """``x`` indexed along its last axis by a 1-D index of non-negative integers: one
     operation (array-api-compat's torch ``take`` first maps negative indices, three more)."""
@@ -204,8 +215,7 @@ def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
 def rows_pay_off(xp: Any) -> bool:
     """Whether one decode position's row, sliced from a kept table, costs less than computing
     it: not on JAX, where each eager slice dispatches a program of its own while the
-    computation runs as one compiled program (150 µs against 100 for a rotation at a new
-    position, measured on a CPU)."""
+    computation runs as one compiled program."""
     return not _is_jax(xp)
 
 
@@ -245,8 +255,8 @@ def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
 
     The generic form is two ``where``s (the reference); torch's ``clamp`` and NumPy's
     ``minimum(maximum(...))`` give the same integers in one kernel each, where array-api-compat's
-    ``clip`` (broadcasting and dtype checks: 11 µs on NumPy) and its ``where`` with a Python
-    scalar (3–7 µs on torch) cost more than the arithmetic of a small call."""
+    ``clip`` (broadcasting and dtype checks) and its ``where`` with a Python scalar cost more
+    than the arithmetic of a small call."""
     if getattr(xp, "__name__", None) in _TORCH_NAMES:
         return sys.modules["torch"].clamp(d, low, high)  # (torch is imported: d is a tensor)
     if getattr(xp, "__name__", None) in _NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)

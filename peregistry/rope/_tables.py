@@ -197,8 +197,18 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
     size = 1
     for n in pos.shape:
         size *= int(n)
-    if size == 1 and not _delegation.rows_pay_off(xp):
-        return None  # (eager JAX: one position's gather costs more than computing it)
+    if size == 1:  # a decode step's one position: its row (a view), shaped as the positions
+        if not _delegation.rows_pay_off(xp):
+            return None  # (eager JAX: slicing costs more than computing)
+        p = _delegation.read_one(pos, ctx=ctx)
+        if p is None or p < 0:
+            return None
+        table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        shape = (*pos.shape, table[0].shape[-1])
+        return (xp.reshape(table[0][p:p + 1], shape),
+                xp.reshape(table[1][p:p + 1], shape))
     bounds = _delegation.int_bounds(pos, ctx=ctx) if size else None
     if bounds is None or bounds[0] < 0:
         return None

@@ -145,7 +145,7 @@ def _unknown_words(unknown: list[str], options: Mapping[str, Option]) -> str:
         if k in _MOVED_KEYS:
             text += f" ({_MOVED_KEYS[k]})"
         else:
-            import difflib  # error messages only (~0.7 ms to import)
+            import difflib  # error messages only
 
             close = difflib.get_close_matches(k, list(options), n=1, cutoff=0.6)
             if close:
