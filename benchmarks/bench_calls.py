@@ -16,8 +16,10 @@ interleaved repetitions so that drifts of the (shared) machine hit both alike. S
     decoder's step, one query against one key more each step (the hand-written code at 1 x 8).
 ``llama``
     A tiny Llama (transformers; 2 layers, hidden 64, one thread) generating 32 tokens: ms/token
-    with the model's own RoPE, with ``enc.cos_sin`` feeding the model's apply function, and with
-    ``enc.rotate``. Goal: the ``rotate`` route no slower than the model's own RoPE (1.0x).
+    with the model's own RoPE, with ``enc.tables`` made once per forward and applied in every
+    layer (the model's own pattern), with ``enc.cos_sin`` feeding the model's apply function,
+    and with ``enc.rotate`` in every layer. Goal: the ``tables`` route no slower than the
+    model's own RoPE (1.0x).
 ``txl``
     ``transformer-xl`` 256x256x128 on NumPy and torch vs the hand-written version (goal <= 1.2x),
     and ``learned`` at the quick size 256x64 on NumPy (the per-call overhead).
@@ -266,9 +268,15 @@ def section_llama(reps: int) -> None:
         def forward(self, x: Any, position_ids: Any) -> Any:
             return position_ids[:, None], None
 
+    class Tables(torch.nn.Module):  # the tables of the forward's positions, made once
+        def forward(self, x: Any, position_ids: Any) -> Any:
+            return enc.tables(position_ids[:, None]), "tables"
+
     def apply(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1) -> Any:
         if sin is None:  # the rotate route: ``cos`` holds the (batch, 1, seq) position ids
             return enc.rotate(q, cos), enc.rotate(k, cos)
+        if sin == "tables":  # the tables route: every layer rotates with the forward's tables
+            return cos.rotate_all(q, k)
         return own_apply(q, k, cos, sin, unsqueeze_dim)
 
     ml.apply_rotary_pos_emb = apply
@@ -286,13 +294,15 @@ def section_llama(reps: int) -> None:
         return torch.cat(toks, dim=-1)
 
     try:
-        same = [generate(e) for e in (own_emb, CosSin(), Ids())]
+        same = [generate(e) for e in (own_emb, CosSin(), Ids(), Tables())]
         print(f"tiny Llama, 2 layers, hidden 64, 1 thread; generated tokens equal: "
               f"{all(torch.equal(same[0], s) for s in same)}")
-        own, cs, rot = (t / 33 for t in interleaved(
-            [lambda: generate(own_emb), lambda: generate(CosSin()), lambda: generate(Ids())], reps))
+        own, cs, rot, tab = (t / 33 for t in interleaved(
+            [lambda: generate(own_emb), lambda: generate(CosSin()), lambda: generate(Ids()),
+             lambda: generate(Tables())], reps))
+        report("llama decode: enc.tables route vs own RoPE", tab, own, 1.0)
         report("llama decode: enc.cos_sin route vs own RoPE", cs, own, None)
-        report("llama decode: enc.rotate route vs own RoPE", rot, own, 1.0)
+        report("llama decode: enc.rotate route vs own RoPE", rot, own, None)
     finally:
         ml.apply_rotary_pos_emb, model.model.rotary_emb = own_apply, own_emb
 

@@ -11,7 +11,7 @@ every error message, take the slower path of :mod:`.context`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,6 +21,7 @@ from .._services import current_services, use_services
 from ..backends._base import Backend
 from ._declaration import KINDS, check_defaults, guard_overrides
 from ._examples import Examples
+from ._params import Params
 from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
 from .pairs import check_param_arrays, pair_inputs
 
@@ -32,13 +33,16 @@ __all__ = ["KINDS", "AbsoluteEncoder", "BiasEncoder", "Ctx", "Encoder", "Relativ
 #: Module names of JAX's array namespaces (compared directly: importing nothing).
 _JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
 _NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
+#: dtype -> (integral, real floating): facts of the dtype, asked of every positions array
+#: (``isdtype`` costs more than the rest of a small call's checks on NumPy).
+_DTYPE_KINDS: dict[tuple[type, Any], tuple[bool, bool]] = {}
 
 
 def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
     return cls(**options)
 
 
-class Encoder(Examples):
+class Encoder(Examples, Params):
     """Base of all encoders. Subclass one of the four kind classes, not this one.
 
     Class attributes a subclass sets:
@@ -197,37 +201,6 @@ class Encoder(Examples):
     def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
         return self.replace()
 
-    # -- learned parameters --------------------------------------------------------------------
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Names and shapes of the learned parameters (empty for fixed encoders)."""
-        return {}
-
-    @property
-    def learned(self) -> bool:
-        return bool(self.param_shapes())
-
-    def init_std(self, name: str) -> float:
-        """Standard deviation of the normal initialisation of parameter ``name``."""
-        return 0.02
-
-    def init(self, xp: Any, *, seed: int = 0, dtype: Any = None, device: Any = None) -> dict[str, Any]:
-        """Fresh parameters as a plain ``dict[str, array]`` of namespace ``xp``.
-
-        Values come from NumPy's PCG64 generator, so one seed gives the same numbers on every
-        backend. ``xp`` is a module (``numpy``, ``torch``, ``jax.numpy``, ``array_api_strict``)
-        or a backend name.
-        """
-        shapes = self.param_shapes()
-        if not shapes:
-            raise TypeError(f"{self.name} has no learned parameters; nothing to init")
-        backend = self._services.backend_of_namespace(xp)
-        dtype = resolve_dtype(self.name, backend, dtype, device)
-        return {
-            key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
-                                       dtype=dtype, device=device)
-            for i, (key, shape) in enumerate(shapes.items())
-        }
-
     def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
         """The params of a call, checked: a dict with the keys and shapes of
         :meth:`param_shapes` whose values are arrays of the inputs' backend (of a real floating
@@ -244,7 +217,7 @@ class Encoder(Examples):
         if not isinstance(params, Mapping):
             raise TypeError(f"{self.name}: params must be a dict of arrays, got "
                             f"{type(params).__name__}")
-        check_param_arrays(self.name, params)
+        check_param_arrays(self.name, params)  # (each an array, before its shape is read)
         if params.keys() != shapes.keys():
             raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
                              f"{sorted(params)}")
@@ -260,7 +233,7 @@ class Encoder(Examples):
                     f"{b.name if b is not None else type(v).__qualname__} array but the "
                     f"positions are {ctx.backend.name}; pass positions and params of one "
                     f"framework (peregistry.convert(params, xp) moves params)")
-            if self._params_real_floating and not ctx.xp.isdtype(v.dtype, "real floating"):
+            if self._params_real_floating and not ctx.backend.is_float_dtype(v.dtype):
                 raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
                                 f"dtype, got {v.dtype}")
         if type(ctx.backend).prepare_params is Backend.prepare_params:
@@ -268,11 +241,12 @@ class Encoder(Examples):
         return ctx.backend.prepare_params(params)
 
     # -- shared helpers for the public methods -------------------------------------------------
-    def _context(self, *arrays: Any,
-                 names: tuple[str, ...] | None = None) -> tuple[Ctx, list[Any]]:
+    def _context(self, *arrays: Any, names: tuple[str, ...] | Callable[[], tuple[str, ...]] | None
+                 = None) -> tuple[Ctx, list[Any]]:
         """Namespace, backend, device and wide dtype of the inputs; Python numbers and sequences
         become NumPy arrays. All array inputs must belong to one backend. ``names`` (the
-        arguments' names, e.g. ``("positions",)``) make the errors say which input is wrong."""
+        arguments' names, e.g. ``("positions",)``, or a function giving them) make the errors
+        say which input is wrong."""
         services, backend, lead = self._services, None, None
         for a in arrays:  # the usual call: arrays of one backend (and Nones)
             if a is None:
@@ -284,17 +258,28 @@ class Encoder(Examples):
             if backend is None:
                 backend, lead = b, a
         if backend is None:
-            return make_context(self.name, arrays, services=services, names=names)
+            return make_context(self.name, arrays, services=services,
+                                names=names() if callable(names) else names)
         return backend.context(lead), list(arrays)
 
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
+        dtype = getattr(positions, "dtype", None)
+        key = (type(dtype), dtype)  # (two frameworks' equal-looking dtypes are not compared)
         try:
-            ok = ctx.xp.isdtype(positions.dtype, ("integral", "real floating") if self.continuous
-                                else "integral")
-        except Exception:  # None, or no numeric dtype: the error below says which
-            ok = False
-        if ok:
+            kind = _DTYPE_KINDS.get(key)
+        except TypeError:  # a dtype that cannot be hashed
+            kind = None
+        if kind is None:
+            try:
+                kind = (bool(ctx.xp.isdtype(dtype, "integral")),
+                        bool(ctx.xp.isdtype(dtype, "real floating")))
+            except Exception:  # None, or no numeric dtype: the error below says which
+                kind = (False, False)
+            # (not torch's dtypes: a global changed while TorchDynamo traces costs a recompile)
+            if len(_DTYPE_KINDS) < 64 and "torch" not in type(dtype).__module__:
+                _DTYPE_KINDS[key] = kind
+        if kind[0] or (kind[1] and self.continuous):
             return positions
         return check_positions(self.name, positions, ctx, what=what, continuous=self.continuous)
 

@@ -32,13 +32,11 @@ def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
     Python list of positions follows torch params), validated positions (whose leading axes
     broadcast) and validated params."""
     arrays: tuple[Any, ...] = (q_positions, k_positions)
-    names = ["q_positions", "k_positions"]
-    if isinstance(params, Mapping):
+    if params is not None and isinstance(params, Mapping):
         check_param_arrays(enc.name, params)
         arrays += tuple(params.values())
-        for key in params:
-            names.append(f"params[{key!r}]")
-    ctx, got = enc._context(*arrays, names=tuple(names))
+    ctx, got = enc._context(*arrays, names=lambda: (  # (made only for an error message)
+        "q_positions", "k_positions", *[f"params[{key!r}]" for key in params or ()]))
     q = enc._positions(got[0], ctx, what="q_positions")
     k = enc._positions(got[1], ctx, what="k_positions")
     if q.ndim != 1 or k.ndim != 1:
@@ -105,4 +103,4 @@ def compute_dtype(out_dtype: Any, ctx: Ctx) -> Any:
     """``out_dtype`` if it is float32 or wider, else float32: arithmetic never runs in half
     precision, and a float32 result is computed in float32 (one rounding per operation)."""
     xp = ctx.xp
-    return out_dtype if xp.finfo(out_dtype).bits >= 32 else xp.float32
+    return out_dtype if out_dtype in (xp.float32, xp.float64) else xp.float32

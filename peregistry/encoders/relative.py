@@ -230,7 +230,7 @@ class ALiBi(BiasEncoder):
         cdt = compute_dtype(dtype, ctx)  # float32 for float32 out: as fast as hand-written
         # -|k - q| as (*batch, 1, Q, K), exact below 2**24: negated as integers, so that the
         # diagonal is +0.0 (as 0.0 - x gives)
-        neg = xp.expand_dims(xp.astype(-xp.abs(distance(q, k, ctx=ctx)), cdt), axis=-3)
+        neg = xp.astype(-xp.abs(distance(q, k, ctx=ctx)), cdt)[..., None, :, :]
         slopes = xp.asarray(self.slopes, dtype=cdt, device=ctx.device)
         return neg * xp.reshape(slopes, (-1, 1, 1))
 

@@ -77,7 +77,7 @@ class RotaryTables:
         if tuple(cos.shape) != tuple(sin.shape) or cos.dtype != sin.dtype:
             raise ValueError(f"{owner}: cos and sin must have one shape and dtype, got "
                              f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}")
-        if len(cos.shape) == 0 or not ctx.xp.isdtype(cos.dtype, "real floating"):
+        if len(cos.shape) == 0 or not ctx.backend.is_float_dtype(cos.dtype):
             raise ValueError(f"{owner}: cos and sin must be real floating arrays (..., pairs), "
                              f"got shape {tuple(cos.shape)} and dtype {cos.dtype}")
         self.cos, self.sin, self.owner = cos, sin, owner
@@ -95,11 +95,14 @@ class RotaryTables:
         # Once for every tensor rotated: the tables kept apart from the rotations by a tracing
         # compiler (not recomputed for each element), and in float32 where they are wider.
         xp = ctx.xp
-        self.cos, self.sin = _delegation.materialize(cos, sin, xp=xp)
         self._float32: tuple[Any, Any] | None = None
-        if xp.finfo(cos.dtype).bits > 32:
-            self._float32 = _delegation.materialize(xp.astype(cos, xp.float32),
-                                                    xp.astype(sin, xp.float32), xp=xp)
+        if cos.dtype == getattr(xp, "float64", None):
+            cos, sin, cos32, sin32 = _delegation.materialize(
+                cos, sin, xp.astype(cos, xp.float32), xp.astype(sin, xp.float32), xp=xp)
+            self._float32 = (cos32, sin32)
+        else:
+            cos, sin = _delegation.materialize(cos, sin, xp=xp)
+        self.cos, self.sin = cos, sin
 
     @property
     def layout(self) -> Layout:

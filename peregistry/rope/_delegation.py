@@ -49,6 +49,7 @@ __all__ = [
     "half_cos_sin",
     "int_bounds",
     "materialize",
+    "read_ints",
     "read_one",
     "reads_cheaply",
     "rotate",
@@ -202,6 +203,18 @@ def read_one(x: Any, *, ctx: Ctx) -> int | None:
     if ctx.backend.is_tracing(one):
         return None
     return int(one)
+
+
+def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
+    """The values of a small integer array that no trace holds (the caller checked), flattened,
+    as Python ints; None where reading them would be staged."""
+    name = getattr(ctx.xp, "__name__", None)
+    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+        return x.reshape(-1).tolist()  # type: ignore[no-any-return]  # Python ints already
+    flat = ctx.xp.reshape(x, (-1,))
+    if ctx.backend.is_tracing(flat):
+        return None
+    return [int(flat[i]) for i in range(int(flat.shape[0]))]
 
 
 def take_last(x: Any, idx: Any, *, xp: Any) -> Any:

@@ -17,6 +17,7 @@ gives: results equal a fresh computation, bit for bit.
 from __future__ import annotations
 
 import _thread
+import math
 import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .encoder import RotaryEncoder
 
 __all__ = ["STORE", "Store", "clear_caches", "gathered_rows", "offset_rows", "position_table",
-           "set_table_cache_bytes", "table_cache_bytes"]
+           "set_table_cache_bytes", "table_cache_bytes", "token_rows"]
 
 Tables = tuple[Any, Any]
 
@@ -207,8 +208,8 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
         if table is None:
             return None
         shape = (*pos.shape, table[0].shape[-1])
-        return (xp.reshape(table[0][p:p + 1], shape),
-                xp.reshape(table[1][p:p + 1], shape))
+        return (xp.reshape(table[0][p:p + 1, :], shape),
+                xp.reshape(table[1][p:p + 1, :], shape))
     bounds = _delegation.int_bounds(pos, ctx=ctx) if size else None
     if bounds is None or bounds[0] < 0:
         return None
@@ -216,3 +217,23 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
     if table is None:
         return None
     return ctx.backend.take(table[0], pos, axis=0), ctx.backend.take(table[1], pos, axis=0)
+
+
+def token_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """Multi-axis ids ``(num_axes, 1, ..., 1)`` of one token with every axis at one position
+    ``p`` (a text token while decoding): row ``p`` of the table of its text positions (a view),
+    shaped as the token's batch axes; None for any other ids (the caller computes)."""
+    xp = ctx.xp
+    batch = tuple(pos.shape[1:])
+    if (pos.dtype not in (xp.int32, xp.int64) or not batch or math.prod(batch) != 1
+            or not _delegation.rows_pay_off(xp) or not _delegation.reads_cheaply(pos, xp=xp)):
+        return None
+    axes = _delegation.read_ints(pos, ctx=ctx)
+    if not axes or min(axes) != max(axes) or axes[0] < 0:
+        return None  # (an image token: its axes differ)
+    p = axes[0]
+    table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
+    if table is None:
+        return None
+    shape = (*batch, table[0].shape[-1])
+    return xp.reshape(table[0][p:p + 1, :], shape), xp.reshape(table[1][p:p + 1, :], shape)

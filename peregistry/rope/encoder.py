@@ -27,7 +27,7 @@ from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
-from ._tables import gathered_rows, offset_rows
+from ._tables import gathered_rows, offset_rows, token_rows
 
 __all__ = ["RotaryEncoder"]
 
@@ -96,6 +96,9 @@ class RotaryEncoder(Encoder):
     #: integer position ids (decided once per class, :meth:`__init_subclass__`).
     _rows_at_offsets: ClassVar[bool] = True
     _rows_at_ids: ClassVar[bool] = True
+    #: Whether one multi-axis token with every axis at one position reads its row (decided by
+    #: :class:`~.scaled.MultiAxisRotary`).
+    _rows_at_tokens: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -357,8 +360,10 @@ class RotaryEncoder(Encoder):
             raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
                              f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
                              f"(batch, 1, seq)")
-        if call.positions is not None and not call.tracing and type(self)._rows_at_ids:
-            rows = gathered_rows(self, pos, ctx=ctx, cdt=cdt)
+        if call.positions is not None and not call.tracing:
+            rows = (gathered_rows(self, pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_ids
+                    else token_rows(self, pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_tokens
+                    else None)
             if rows is not None:
                 return rows
         cos, sin = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,

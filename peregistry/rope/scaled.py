@@ -214,6 +214,15 @@ class MultiAxisRotary(RotaryEncoder):
     _offset_rows_are_positions = True  # text positions: one position per token, on every axis
     _compile_hook_eagerly = True  # _half_cos_sin reads no values
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Keeping these default positions (every axis at the token's position) and batch
+        # shape, a text token's ids (p, ..., p) are row p of the table of text positions.
+        owner = next(c for c in cls.__mro__ if "_default_positions" in c.__dict__)
+        cls._rows_at_tokens = (
+            owner is MultiAxisRotary and cls._rows_at_offsets
+            and cls._position_batch_shape is MultiAxisRotary._position_batch_shape)
+
     @property
     def num_axes(self) -> int:
         """How many position rows ``positions`` has."""

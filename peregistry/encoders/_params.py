@@ -1,0 +1,49 @@
+"""The learned parameters an encoder declares: their names and shapes (:meth:`param_shapes`) and
+their initial values (:meth:`init`, drawn with NumPy's PCG64 so that one seed gives the same
+numbers on every backend). :class:`~peregistry.Encoder` inherits these; a call's params are
+checked by the encoder's public methods (``Encoder._check_params``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from .context import resolve_dtype
+
+
+class Params:
+    """The learned parameters of an encoder (a mixin of :class:`~peregistry.Encoder`): none
+    unless a subclass declares :meth:`param_shapes`."""
+
+    __slots__ = ()
+    name: ClassVar[str]
+    _services: Any
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the learned parameters (empty for fixed encoders)."""
+        return {}
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.param_shapes())
+
+    def init_std(self, name: str) -> float:
+        """Standard deviation of the normal initialisation of parameter ``name``."""
+        return 0.02
+
+    def init(self, xp: Any, *, seed: int = 0, dtype: Any = None, device: Any = None) -> dict[str, Any]:
+        """Fresh parameters as a plain ``dict[str, array]`` of namespace ``xp``.
+
+        Values come from NumPy's PCG64 generator, so one seed gives the same numbers on every
+        backend. ``xp`` is a module (``numpy``, ``torch``, ``jax.numpy``, ``array_api_strict``)
+        or a backend name.
+        """
+        shapes = self.param_shapes()
+        if not shapes:
+            raise TypeError(f"{self.name} has no learned parameters; nothing to init")
+        backend = self._services.backend_of_namespace(xp)
+        dtype = resolve_dtype(self.name, backend, dtype, device)
+        return {
+            key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
+                                       dtype=dtype, device=device)
+            for i, (key, shape) in enumerate(shapes.items())
+        }
