@@ -17,11 +17,11 @@ from peregistry.rope import RotaryEncoder
 @pytest.fixture(autouse=True)
 def _no_shared_tables() -> Any:
     """Position tables are shared by equal encoders of the process: start each test without."""
-    from peregistry import rope
+    from peregistry.rope._tables import STORE
 
-    rope.clear_caches()
+    STORE.clear()
     yield
-    rope.clear_caches()
+    STORE.clear()
 
 
 def kept_tables(enc: Any) -> list[Any]:

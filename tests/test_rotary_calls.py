@@ -57,10 +57,9 @@ def _np(backend: Any, a: Any) -> Any:
 
 
 def computed(fn: Callable[[], Any]) -> Any:
-    """``fn()`` with nothing kept: the store emptied and its budget 0 (every table computed),
-    the budget restored after."""
+    """``fn()`` with nothing kept: the store's budget 0 (which empties it; every table
+    computed), the budget restored after."""
     budget = table_cache_bytes()[1]
-    clear_caches()
     set_table_cache_bytes(0)
     try:
         return fn()

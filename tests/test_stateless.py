@@ -427,7 +427,9 @@ def _default_budget() -> int:
 
 @pytest.fixture
 def tables_budget() -> Iterator[Callable[[int], None]]:
-    """Nothing kept before the test; the default budget restored and everything dropped after."""
+    """Nothing kept before the test; the default budget restored and everything dropped after.
+    The tests measure what NumPy calls keep: they run where NumPy is the backend under test."""
+    needs("numpy")
     clear_caches()
     gc.collect()
     yield set_table_cache_bytes
@@ -695,7 +697,8 @@ for i, got in sorted(results.items()):
     again = CALLS.get(i, numpy_call)(i)
     if got.dtype != again.dtype or got.tobytes() != again.tobytes():
         wrong.append(f"thread {i}: differs from the same call made again")
-    rotary = i in (14, 15) or i % 4 == 0
+    call = CALLS.get(i, numpy_call)
+    rotary = call is not numpy_call or i % 4 == 0  # (thread 15 is NumPy's without JAX)
     tol = 1e-6 if got.dtype == np.float32 else 1e-12
     if rotary and not np.allclose(got, formula(X, np.arange(2) + i), rtol=0, atol=tol):
         wrong.append(f"thread {i}: not RoPE's formula")
