@@ -707,7 +707,7 @@ print(json.dumps({"errors": errors, "wrong": wrong, "done": len(results)}))
 
 
 def test_numpy_first_use_while_threads_import_torch_and_jax() -> None:
-    """Up to five fresh processes (the race shows in most), stopping at the first that fails: no
+    """Up to three fresh processes (the race showed in most), stopping at the first that fails: no
     thread raises (was: ``AttributeError: partially initialized module 'torch' has no attribute
     'compiler'`` from the lazy stand-ins of peregistry/_lazy.py, which asked ``torch.compiler``
     of a module another thread was still importing; once past that, building an encoder called
