@@ -713,7 +713,7 @@ def test_numpy_first_use_while_threads_import_torch_and_jax() -> None:
     of a module another thread was still importing; once past that, building an encoder called
     into the half-imported torch and could hang), no process hangs, and every result is right."""
     needs("torch")
-    for run in range(5):
+    for run in range(3):
         try:
             proc = subprocess.run([sys.executable, "-c", _FIRST_USE_UNDER_THREADS],
                                   capture_output=True, text=True, timeout=60)
