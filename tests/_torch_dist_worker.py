@@ -6,13 +6,11 @@ goes through ``enc.rotate``. Rank 0 prints one JSON line."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from _ranks import finish, join
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
 import peregistry as per
@@ -60,8 +58,7 @@ def zigzag(rank: int, world: int, x: torch.Tensor, ids: torch.Tensor,
 
 
 def main(rank: int, world: int, port: int) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
+    join(rank, world, port)
     seq = 8 * world
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 4, seq, 64, generator=gen)  # identical on every rank
@@ -89,16 +86,7 @@ def main(rank: int, world: int, port: int) -> None:
     result["dtensor_local_equal"] = bool(torch.equal(out.to_local(),
                                                      rot.rotate(x)[..., start:stop, :]))
     result["dtensor_full_equal"] = bool(torch.equal(out.full_tensor(), rot.rotate(x)))
-    dist.barrier()
-    if rank == 0:
-        print(json.dumps(result), flush=True)
-    dist.destroy_process_group()
-    # Skip the interpreter's teardown, where torch's C++ threads may still be joinable: one rank
-    # aborted once on a loaded machine ("terminate called without an active exception", exit
-    # -6, no Python error), not reproduced in 12 runs since, idle or loaded.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    finish(result if rank == 0 else None)
 
 
 if __name__ == "__main__":

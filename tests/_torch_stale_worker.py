@@ -7,14 +7,12 @@ and within float64 rounding of RoPE's formula. Rank 1 prints one JSON line: the 
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from _ranks import finish, join
 
 import peregistry as per
 from peregistry.rope import clear_caches
@@ -32,8 +30,7 @@ def formula(x: np.ndarray, pos: np.ndarray, theta: float = 10000.0) -> np.ndarra
 
 
 def main(rank: int, world: int, port: int) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
+    join(rank, world, port)
     enc = per.get_encoder("rotary", dim=DIM)
     x = torch.randn(2, SEQ, DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     positions = torch.zeros(SEQ, dtype=torch.int64)  # rank 1's receive buffer, one object
@@ -53,15 +50,7 @@ def main(rank: int, world: int, port: int) -> None:
         if not (torch.equal(got, fresh) and near):
             wrong.append({"step": step, "positions": values,
                           "equal_to_fresh": bool(torch.equal(got, fresh)), "near_formula": bool(near)})
-    dist.barrier()
-    if rank == 1:
-        print(json.dumps({"steps": STEPS, "wrong": wrong}), flush=True)
-    dist.destroy_process_group()
-    # Skip the interpreter's teardown, where torch's C++ threads may still be joinable (as in
-    # _torch_dist_worker.py).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    finish({"steps": STEPS, "wrong": wrong} if rank == 1 else None)
 
 
 if __name__ == "__main__":

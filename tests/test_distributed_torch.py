@@ -5,13 +5,10 @@ dimension goes through enc.rotate and stays a DTensor with the same placements."
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _ranks import last_json, run_ranks
 
 from peregistry.testing._core import selected_backends
 
@@ -23,24 +20,7 @@ WORLD = 4
 
 
 def test_context_parallel_and_dtensor_on_four_processes() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(WORLD)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=120))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-4000:]
-    result = json.loads(outs[0][0].strip().splitlines()[-1])
+    result = last_json(run_ranks(WORKER, WORLD)[0])
     assert result == {"cp_rotary_equal": True, "cp_mrope_equal": True,
                       "zigzag_rotary_equal": True, "zigzag_mrope_equal": True,
                       "zigzag_packed_equal": True, "dtensor_type": True,

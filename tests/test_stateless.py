@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
 import subprocess
 import sys
 import tracemalloc
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _ranks import last_json, run_ranks
 
 import peregistry as per
 from peregistry.rope import clear_caches, set_table_cache_bytes
@@ -300,24 +300,7 @@ def test_positions_received_by_gloo_broadcast_are_rotated_at_their_new_values() 
 
     if not (dist.is_available() and dist.is_gloo_available()):
         pytest.skip("torch.distributed with gloo is not available")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
-    outs = []
-    try:
-        for proc in procs:
-            outs.append(proc.communicate(timeout=120))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    for proc, (_, err) in zip(procs, outs, strict=True):
-        assert proc.returncode == 0, err[-4000:]
-    result = json.loads(outs[1][0].strip().splitlines()[-1])
+    result = last_json(run_ranks(WORKER, 2)[1])
     assert result["wrong"] == [], result
 
 
