@@ -173,3 +173,53 @@ def test_tables_made_inside_a_trace_are_not_cached(backend: Any) -> None:
                                want[:1], **tol)
     assert not kept_tables(enc)
     np.testing.assert_array_equal(np.asarray(enc.rotate(x, offset=0)), want)  # eager still fine
+
+
+_SPLIT = (0,) * 4 + (1,) * 6 + (2,) * 6  # HunYuan-VL XD-RoPE: 2·sections[k] features per axis
+
+
+@pytest.mark.parametrize("opts", [
+    {"sections": (2, 3, 3)},
+    {"sections": (3, 3, 2), "interleaved": True},
+    {"sections": (2, 3, 3), "pair_axes": (1, 2, 1, 2, 1, 2, 0, 0)},
+    {"sections": (2, 3, 3), "feature_axes": _SPLIT},
+    {"sections": (2, 3, 3), "feature_axes": _SPLIT, "layout": "interleaved"},
+    {"sections": (2, 3, 3), "scaling": {"type": "yarn", "factor": 4.0,
+                                        "original_max_position_embeddings": 64}},
+])
+def test_mrope_image_token_reads_each_column_from_its_axis_row(backend: Any,
+                                                               opts: dict[str, Any]) -> None:
+    """One image token (axes at different positions) while decoding: each column of its
+    tables is that column of the text table's row at its axis's position, the bits of
+    computing it."""
+    enc = per.get_encoder("mrope", dim=16, **opts)
+    x = _x(backend, (2, 3, 1, 16))
+    for ids in ([[4096]], [[4102]], [[4097]]), ([[7]], [[3]], [[5]]), ([[0]], [[9000]], [[2]]):
+        pos = np.array(ids)
+        got = backend.to_numpy(enc.rotate(x, backend.from_numpy(pos)))
+        np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, pos, backend)))
+    if backend.name != "jax":  # (eager JAX computes: one program costs less than slices)
+        assert kept_tables(enc), "the table of text positions was not used"
+
+
+def test_subclass_with_its_own_tables_computes_image_tokens(backend: Any) -> None:
+    """A subclass whose tables are not M-RoPE's column by column (here: the axes swapped)
+    computes an image token's tables: columns are read from rows only where the class says
+    which axis each follows."""
+
+    class Swapped(type(per.get_encoder("mrope", dim=16, sections=(2, 3, 3)))):  # type: ignore[misc]
+        name = "swapped-test"
+        __slots__ = ()
+
+        def _half_cos_sin(self, positions: Any, *, ctx: Any, seq_len: Any) -> Any:
+            return super()._half_cos_sin(ctx.xp.flip(positions, axis=0), ctx=ctx,
+                                         seq_len=seq_len)
+
+    enc = Swapped(dim=16, sections=(2, 3, 3))
+    x = _x(backend, (1, 2, 1, 16))
+    pos = np.array([[[9]], [[4]], [[700]]])
+    got = backend.to_numpy(enc.rotate(x, backend.from_numpy(pos)))
+    np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, pos, backend)))
+    plain = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+    want = backend.to_numpy(plain.rotate(x, backend.from_numpy(pos[::-1].copy())))
+    np.testing.assert_array_equal(got, want)

@@ -280,6 +280,17 @@ class MRope(MultiAxisRotary, ScaledRotary):
         # direction="negative": sin(-a) = -sin(a) exactly, as for rotary
         return cos, (-sin if self._values["direction"] == "negative" else sin)
 
+    def _column_axes(self) -> tuple[int, ...] | None:
+        """The axis of each pair (each table column), or with ``feature_axes`` the axes of the
+        first features, then of the second (the columns of ``[first | second]``); None for
+        a subclass computing its tables its own way."""
+        cls = type(self)
+        if cls._half_cos_sin is not MRope._half_cos_sin \
+                or cls._member_table is not MRope._member_table:
+            return None
+        split = self._feature_split()
+        return self._pair_axes() if split is None else split[0] + split[1]
+
     def _member_table(self, positions: Any, axes: tuple[int, ...], freqs: Frequencies, *,
                       ctx: Ctx) -> tuple[Any, Any]:
         """``cos``/``sin`` of ``p_{axes[i]}·ω_i`` per pair: each axis's positions turn by its

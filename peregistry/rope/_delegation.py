@@ -197,8 +197,9 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
 def read_one(x: Any, *, ctx: Ctx) -> int | None:
     """The value of a one-element integer array that no trace holds (the caller checked), as a
     Python int; None where reading it would be staged (JAX inside an enclosing ``jax.jit``)."""
-    if getattr(ctx.xp, "__name__", None) in _TORCH_NAMES:
-        return int(x)  # an eager tensor of one element, any shape: no staging, no reshape
+    name = getattr(ctx.xp, "__name__", None)
+    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+        return int(x.item())  # one element, any shape: no staging, no reshape
     one = ctx.xp.reshape(x, ())
     if ctx.backend.is_tracing(one):
         return None

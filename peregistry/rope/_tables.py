@@ -27,6 +27,7 @@ import peregistry.rope._delegation as _delegation
 if TYPE_CHECKING:
     from ..encoders.context import Ctx
     from .encoder import RotaryEncoder
+    from .scaled import MultiAxisRotary
 
 __all__ = ["STORE", "Store", "clear_caches", "gathered_rows", "offset_rows", "position_table",
            "set_table_cache_bytes", "table_cache_bytes", "token_rows"]
@@ -207,9 +208,10 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
         table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
         if table is None:
             return None
-        shape = (*pos.shape, table[0].shape[-1])
-        return (xp.reshape(table[0][p:p + 1, :], shape),
-                xp.reshape(table[1][p:p + 1, :], shape))
+        # row p as a view shaped (1, ..., 1, width) like the positions, by one indexing
+        row = (*(None,) * (pos.ndim - 1), slice(p, p + 1), slice(None)) if pos.ndim \
+            else (p, slice(None))
+        return table[0][row], table[1][row]
     bounds = _delegation.int_bounds(pos, ctx=ctx) if size else None
     if bounds is None or bounds[0] < 0:
         return None
@@ -219,21 +221,35 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
     return ctx.backend.take(table[0], pos, axis=0), ctx.backend.take(table[1], pos, axis=0)
 
 
-def token_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
-    """Multi-axis ids ``(num_axes, 1, ..., 1)`` of one token with every axis at one position
-    ``p`` (a text token while decoding): row ``p`` of the table of its text positions (a view),
-    shaped as the token's batch axes; None for any other ids (the caller computes)."""
+def token_rows(enc: MultiAxisRotary, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """Multi-axis ids ``(num_axes, 1, ..., 1)`` of one token, each axis at its own position:
+    its row of the table of text positions (a view) when every axis is at one position ``p``
+    (a text token while decoding), else each column from the row of its axis's position
+    (:meth:`~.scaled.MultiAxisRotary._column_axes`), shaped as the token's batch axes; None for
+    any other ids, or an encoder whose columns do not each follow one axis (the caller
+    computes)."""
     xp = ctx.xp
     batch = tuple(pos.shape[1:])
     if (pos.dtype not in (xp.int32, xp.int64) or not batch or math.prod(batch) != 1
             or not _delegation.rows_pay_off(xp) or not _delegation.reads_cheaply(pos, xp=xp)):
         return None
     axes = _delegation.read_ints(pos, ctx=ctx)
-    if not axes or min(axes) != max(axes) or axes[0] < 0:
-        return None  # (an image token: its axes differ)
-    p = axes[0]
-    table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
+    if not axes or min(axes) < 0:
+        return None
+    table = position_table(enc, max(axes) + 1, ctx=ctx, cdt=cdt)
     if table is None:
         return None
-    shape = (*batch, table[0].shape[-1])
-    return xp.reshape(table[0][p:p + 1, :], shape), xp.reshape(table[1][p:p + 1, :], shape)
+    width = table[0].shape[-1]
+    shape = (*batch, width)
+    if min(axes) == max(axes):  # a text token
+        p = axes[0]
+        return xp.reshape(table[0][p:p + 1, :], shape), xp.reshape(table[1][p:p + 1, :], shape)
+    columns = enc._column_axes()
+    if columns is None:
+        return None
+    # column j of the token's row = column j of the row at its axis's position (flat index)
+    idx = xp.reshape(xp.asarray([axes[a] * width + j for j, a in enumerate(columns)],
+                                device=ctx.device), shape)
+    take = ctx.backend.take
+    return (take(xp.reshape(table[0], (-1,)), idx, axis=0),
+            take(xp.reshape(table[1], (-1,)), idx, axis=0))

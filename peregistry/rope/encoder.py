@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 import peregistry.rope._delegation as _delegation
 
@@ -28,6 +28,9 @@ from ..encoders.context import Ctx, resolve_dtype
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
 from ._tables import gathered_rows, offset_rows, token_rows
+
+if TYPE_CHECKING:
+    from .scaled import MultiAxisRotary
 
 __all__ = ["RotaryEncoder"]
 
@@ -362,7 +365,8 @@ class RotaryEncoder(Encoder):
                              f"(batch, 1, seq)")
         if call.positions is not None and not call.tracing:
             rows = (gathered_rows(self, pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_ids
-                    else token_rows(self, pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_tokens
+                    else token_rows(cast("MultiAxisRotary", self), pos, ctx=ctx, cdt=cdt)
+                    if type(self)._rows_at_tokens
                     else None)
             if rows is not None:
                 return rows

@@ -255,6 +255,16 @@ class MultiAxisRotary(RotaryEncoder):
         groups are already in order (contiguous bands)."""
         return None
 
+    def _column_axes(self) -> tuple[int, ...] | None:
+        """The axis whose position alone determines each column of the half-width tables,
+        computed elementwise, so that column ``j`` of a token's row is column ``j`` of the text
+        table's row at that axis's position (an image token's rows gathered from the table of
+        text positions); None where that does not hold (a subclass computing its own
+        :meth:`_half_cos_sin`, which then says so by overriding this)."""
+        if type(self)._half_cos_sin is not MultiAxisRotary._half_cos_sin:
+            return None
+        return self._pair_frequencies(None)[1]
+
     # -- positions are (num_axes, ...) -----------------------------------------------------------
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
         shape = tuple(positions.shape)
