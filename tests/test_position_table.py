@@ -130,8 +130,8 @@ def test_subclass_with_its_own_default_positions_does_not_use_it(backend: Any) -
 
 def test_subclass_declaring_rows_but_shifting_positions_is_not_gathered(backend: Any) -> None:
     """The gather indexes the table by raw position ids, so it is only for classes whose table
-    rows are ``arange(n)`` itself; a subclass of M-RoPE-like declaration with its own default
-    positions still gets the right offset rows and computes explicit ids."""
+    rows are ``arange(n)`` itself: a subclass with its own default positions that declares
+    (wrongly) that they are one position per token computes explicit ids."""
 
     class Doubled(type(per.get_encoder("rotary", dim=8))):  # type: ignore[misc]
         name = "doubled-declared-test"
@@ -175,6 +175,25 @@ def test_tables_made_inside_a_trace_are_not_cached(backend: Any) -> None:
     np.testing.assert_array_equal(np.asarray(enc.rotate(x, offset=0)), want)  # eager still fine
 
 
+def _count_tables(enc: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The shapes of the positions whose tables ``enc`` computes from now on (integer ids
+    served by rows compute none; ``_fresh``'s real positions are not counted)."""
+    computed: list[tuple[int, ...]] = []
+    table = type(enc)._table
+
+    def counted(self: Any, pos: Any, **kw: Any) -> Any:
+        if self is enc and backend_is_integral(pos):
+            computed.append(tuple(pos.shape))
+        return table(self, pos, **kw)
+
+    monkeypatch.setattr(type(enc), "_table", counted)
+    return computed
+
+
+def backend_is_integral(pos: Any) -> bool:
+    return "int" in str(pos.dtype)
+
+
 _SPLIT = (0,) * 4 + (1,) * 6 + (2,) * 6  # HunYuan-VL XD-RoPE: 2·sections[k] features per axis
 
 
@@ -187,19 +206,21 @@ _SPLIT = (0,) * 4 + (1,) * 6 + (2,) * 6  # HunYuan-VL XD-RoPE: 2·sections[k] fe
     {"sections": (2, 3, 3), "scaling": {"type": "yarn", "factor": 4.0,
                                         "original_max_position_embeddings": 64}},
 ])
-def test_mrope_image_token_reads_each_column_from_its_axis_row(backend: Any,
-                                                               opts: dict[str, Any]) -> None:
+def test_mrope_image_token_reads_each_column_from_its_axis_row(
+        backend: Any, opts: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """One image token (axes at different positions) while decoding: each column of its
     tables is that column of the text table's row at its axis's position, the bits of
     computing it."""
     enc = per.get_encoder("mrope", dim=16, **opts)
     x = _x(backend, (2, 3, 1, 16))
+    enc.rotate(x, offset=9000)  # the table of text positions, grown to cover every id below
+    computed = _count_tables(enc, monkeypatch)
     for ids in ([[4096]], [[4102]], [[4097]]), ([[7]], [[3]], [[5]]), ([[0]], [[9000]], [[2]]):
         pos = np.array(ids)
         got = backend.to_numpy(enc.rotate(x, backend.from_numpy(pos)))
         np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, pos, backend)))
-    if backend.name != "jax":  # (eager JAX computes: one program costs less than slices)
-        assert kept_tables(enc), "the table of text positions was not used"
+    # (eager JAX computes: one program costs less than its slices)
+    assert computed == [] if backend.name != "jax" else len(computed) == 3, computed
 
 
 def test_subclass_with_its_own_tables_computes_image_tokens(backend: Any) -> None:
@@ -223,3 +244,38 @@ def test_subclass_with_its_own_tables_computes_image_tokens(backend: Any) -> Non
     plain = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
     want = backend.to_numpy(plain.rotate(x, backend.from_numpy(pos[::-1].copy())))
     np.testing.assert_array_equal(got, want)
+    assert not kept_tables(enc), "a table was made for a token that computes its own"
+
+
+def test_subclass_with_its_own_pair_axes_reads_columns_of_those_axes(backend: Any) -> None:
+    """A subclass that gives each pair another axis (``_pair_frequencies``, a documented hook):
+    an image token's columns follow the axes it gives, as computing them does."""
+
+    class Reassigned(type(per.get_encoder("mrope", dim=16, sections=(2, 3, 3)))):  # type: ignore[misc]
+        name = "reassigned-test"
+        __slots__ = ()
+
+        def _pair_frequencies(self, seq_len: Any) -> Any:
+            freqs, axes = super()._pair_frequencies(seq_len)
+            return freqs, tuple({1: 2, 2: 1}.get(a, a) for a in axes)
+
+    enc = Reassigned(dim=16, sections=(2, 3, 3))
+    x = _x(backend, (1, 2, 1, 16))
+    enc.rotate(x, offset=600)  # a table of text positions to read from
+    for ids in ([[[7]], [[3]], [[500]]], [[[0]], [[511]], [[2]]]):
+        pos = np.array(ids)
+        got = backend.to_numpy(enc.rotate(x, backend.from_numpy(pos)))
+        np.testing.assert_array_equal(got, backend.to_numpy(_fresh(enc, x, pos, backend)))
+        plain = per.get_encoder("mrope", dim=16, sections=(2, 3, 3))
+        swapped = backend.to_numpy(plain.rotate(x, backend.from_numpy(pos[[0, 2, 1]])))
+        np.testing.assert_array_equal(got, swapped)
+
+
+def test_float32_spelled_two_ways_keeps_one_table(backend: Any) -> None:
+    """``cos_sin(dtype="float32")`` (the backend's float32) and ``rotate`` of float32 ``x`` (the
+    array's dtype object) ask for the same table: one entry, not two equal ones."""
+    enc = per.get_encoder("rotary", dim=16)
+    ids = backend.from_numpy(np.array([[3, 70]]))
+    enc.cos_sin(ids, dtype="float32")
+    enc.rotate(_x(backend, (1, 2, 2, 16)), ids)
+    assert len(kept_tables(enc)) == 1

@@ -404,7 +404,7 @@ SLACK = 1 * MIB
 
 def _default_budget() -> int:
     """The budget a process starts with: ``PEREGISTRY_TABLE_CACHE_BYTES``, else 256 MiB
-    (peregistry/rope/_table_cache.py)."""
+    (peregistry/rope/_tables.py)."""
     return int(os.environ.get("PEREGISTRY_TABLE_CACHE_BYTES", "").strip() or 256 * MIB)
 
 
@@ -706,3 +706,32 @@ def test_numpy_first_use_while_threads_import_torch_and_jax() -> None:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert not result["errors"] and not result["wrong"] and result["done"] == 16, (
             f"run {run}: {result}")
+
+
+# -- what validation remembers of dtypes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("jax_first", [True, False])
+def test_what_a_dtype_is_does_not_depend_on_which_framework_asked_first(
+        jax_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAX and NumPy share the bfloat16 dtype object but not its meaning: JAX's positions of
+    that dtype are real floating, NumPy's are no dtype of NumPy's namespace and are refused,
+    whichever framework's call came first (was: the first answer served both)."""
+    jnp = needs("jax").numpy
+    from peregistry.encoders import base
+
+    monkeypatch.setattr(base, "_DTYPE_KINDS", {})
+    enc = per.get_encoder("rotary", dim=8)
+    x = np.ones((1, 2, 8), dtype=np.float32)
+    pos = np.arange(2).astype(jnp.bfloat16)  # (ml_dtypes' bfloat16: JAX's own)
+
+    def jax_call() -> None:
+        out = enc.rotate(jnp.asarray(x), jnp.asarray(pos))
+        assert out.dtype == jnp.float32
+
+    def numpy_call() -> None:
+        with pytest.raises(TypeError, match="positions"):
+            enc.rotate(x, pos)
+
+    for call in (jax_call, numpy_call) if jax_first else (numpy_call, jax_call):
+        call()

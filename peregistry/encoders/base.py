@@ -35,7 +35,7 @@ _JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
 _NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
 #: dtype -> (integral, real floating): facts of the dtype, asked of every positions array
 #: (``isdtype`` costs more than the rest of a small call's checks on NumPy).
-_DTYPE_KINDS: dict[tuple[type, Any], tuple[bool, bool]] = {}
+_DTYPE_KINDS: dict[tuple[Any, type, Any], tuple[bool, bool]] = {}
 
 
 def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
@@ -265,7 +265,8 @@ class Encoder(Examples, Params):
     def _positions(self, positions: Any, ctx: Ctx, what: str = "positions") -> Any:
         """Check that positions are numeric (integer, or real for continuous encoders)."""
         dtype = getattr(positions, "dtype", None)
-        key = (type(dtype), dtype)  # (two frameworks' equal-looking dtypes are not compared)
+        # (the namespace too: NumPy and JAX share dtype objects, not their answers)
+        key = (getattr(ctx.xp, "__name__", None), type(dtype), dtype)
         try:
             kind = _DTYPE_KINDS.get(key)
         except TypeError:  # a dtype that cannot be hashed

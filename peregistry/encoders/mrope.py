@@ -289,7 +289,7 @@ class MRope(MultiAxisRotary, ScaledRotary):
                 or cls._member_table is not MRope._member_table:
             return None
         split = self._feature_split()
-        return self._pair_axes() if split is None else split[0] + split[1]
+        return self._pair_frequencies(None)[1] if split is None else split[0] + split[1]
 
     def _member_table(self, positions: Any, axes: tuple[int, ...], freqs: Frequencies, *,
                       ctx: Ctx) -> tuple[Any, Any]:

@@ -66,7 +66,11 @@ class Store:
 
     @property
     def budget(self) -> int:
-        if self._budget is None:
+        with self._lock:
+            return self._budget_locked()
+
+    def _budget_locked(self) -> int:
+        if self._budget is None:  # (under the lock: a concurrent set_budget is not overwritten)
             self._budget = _budget_from_env()
         return self._budget
 
@@ -88,8 +92,8 @@ class Store:
 
     def put(self, key: Any, value: Any, nbytes: int) -> None:
         """Keep ``value`` (of ``nbytes``) under ``key``, if it fits in the budget at all."""
-        budget = self.budget
         with self._lock:
+            budget = self._budget_locked()
             try:
                 old = self._entries.pop(key, None)
             except TypeError:
@@ -156,7 +160,10 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     # equal encoders (class and options) share a table; two registries may resolve a scaling
     # name differently
     scaling = getattr(getattr(enc, "_scaled", None), "scaling", None)
-    key = ("rotary positions", type(enc), enc._key, type(scaling), ctx.device, cdt, ctx.wide)
+    xp = ctx.xp
+    # (equal dtypes spelled apart, np.float32 and dtype('float32'), share one entry)
+    bits = 32 if cdt == xp.float32 else 64 if cdt == xp.float64 else cdt
+    key = ("rotary positions", type(enc), enc._key, type(scaling), ctx.device, bits, ctx.wide)
     have = STORE.get(key)
     if have is not None and 0 < end <= have[0].shape[-2]:
         return have  # type: ignore[no-any-return]
@@ -168,7 +175,6 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     nbytes = 2 * n * enc._table_width() * (ctx.xp.finfo(cdt).bits // 8)
     if nbytes > min(enc._POSITION_TABLE_BYTES, STORE.budget):
         return None
-    xp = ctx.xp
     with _delegation.cache_scope(xp):  # (torch: not an inference tensor)
         pos = enc._default_positions(n, 0, ctx=ctx)
         cos, sin = enc._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
@@ -236,17 +242,18 @@ def token_rows(enc: MultiAxisRotary, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables 
     axes = _delegation.read_ints(pos, ctx=ctx)
     if not axes or min(axes) < 0:
         return None
+    text = min(axes) == max(axes)
+    columns = None if text else enc._column_axes()
+    if not text and columns is None:
+        return None
     table = position_table(enc, max(axes) + 1, ctx=ctx, cdt=cdt)
     if table is None:
         return None
     width = table[0].shape[-1]
     shape = (*batch, width)
-    if min(axes) == max(axes):  # a text token
+    if columns is None:  # a text token
         p = axes[0]
         return xp.reshape(table[0][p:p + 1, :], shape), xp.reshape(table[1][p:p + 1, :], shape)
-    columns = enc._column_axes()
-    if columns is None:
-        return None
     # column j of the token's row = column j of the row at its axis's position (flat index)
     idx = xp.reshape(xp.asarray([axes[a] * width + j for j, a in enumerate(columns)],
                                 device=ctx.device), shape)
