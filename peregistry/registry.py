@@ -28,6 +28,7 @@ Environment switches (read at load time):
 from __future__ import annotations
 
 import _thread
+import operator
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -241,7 +242,7 @@ class Registry:
             if len(entries) > 1:
                 raise PluginConflictError(conflict_message("backend", name, [i for _, i in entries]))
             out.append(entries[0][0])
-        return sorted(out, key=lambda b: b.priority)
+        return sorted(out, key=operator.attrgetter("priority"))
 
     def backend(self, name: str) -> Backend:
         """The adapter with id ``name`` (``"numpy"``, ``"torch"``, ``"jax"``, ``"array_api_strict"``)."""

@@ -200,31 +200,40 @@ def gathered_rows(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables
     on the host without a device synchronization), each ``(*pos.shape, width)``; None where the
     table does not serve them (a negative id, a trace, no table)."""
     xp = ctx.xp
-    if pos.dtype not in (xp.int32, xp.int64) or not _delegation.reads_cheaply(pos, xp=xp):
+    if pos.dtype not in (xp.int32, xp.int64):
         return None
-    size = 1
-    for n in pos.shape:
-        size *= int(n)
-    if size == 1:  # a decode step's one position: its row (a view), shaped as the positions
-        if not _delegation.rows_pay_off(xp):
-            return None  # (eager JAX: slicing costs more than computing)
-        p = _delegation.read_one(pos, ctx=ctx)
-        if p is None or p < 0:
-            return None
-        table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
-        if table is None:
-            return None
-        # row p as a view shaped (1, ..., 1, width) like the positions, by one indexing
-        row = (*(None,) * (pos.ndim - 1), slice(p, p + 1), slice(None)) if pos.ndim \
-            else (p, slice(None))
-        return table[0][row], table[1][row]
-    bounds = _delegation.int_bounds(pos, ctx=ctx) if size else None
+    # the usual ids: a few on the host (NumPy, CPU torch), read as a list
+    values = _delegation.short_ints(pos, ctx=ctx, limit=64)
+    if values is not None and len(values) > 1:
+        bounds: tuple[int, int] | None = (min(values), max(values))
+    elif not _delegation.reads_cheaply(pos, xp=xp):
+        return None
+    elif math.prod(pos.shape) == 1:
+        return _one_row(enc, pos, ctx=ctx, cdt=cdt)
+    else:
+        bounds = _delegation.int_bounds(pos, ctx=ctx) if math.prod(pos.shape) else None
     if bounds is None or bounds[0] < 0:
         return None
     table = position_table(enc, bounds[1] + 1, ctx=ctx, cdt=cdt)
     if table is None:
         return None
     return ctx.backend.take(table[0], pos, axis=0), ctx.backend.take(table[1], pos, axis=0)
+
+
+def _one_row(enc: RotaryEncoder, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+    """A decode step's one position: its row of the table (a view), shaped as the positions."""
+    if not _delegation.rows_pay_off(ctx.xp):
+        return None  # (eager JAX: slicing costs more than computing)
+    p = _delegation.read_one(pos, ctx=ctx)
+    if p is None or p < 0:
+        return None
+    table = position_table(enc, p + 1, ctx=ctx, cdt=cdt)
+    if table is None:
+        return None
+    # row p as a view shaped (1, ..., 1, width) like the positions, by one indexing
+    row = (*(None,) * (pos.ndim - 1), slice(p, p + 1), slice(None)) if pos.ndim \
+        else (p, slice(None))
+    return table[0][row], table[1][row]
 
 
 def token_rows(enc: MultiAxisRotary, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
