@@ -119,22 +119,18 @@ def _read_importlib(dist: Distribution, group: str, seen: set[str]) -> list[Entr
         if path is None:
             return [Unreadable(repr(dist), f"distribution {dist!r}", exc)]
         try:
-            raw = path.joinpath("entry_points.txt").read_bytes()
+            raw: bytes | None = path.joinpath("entry_points.txt").read_bytes()
         except FileNotFoundError:
-            raw = b""
+            raw = None
         except Exception:  # cannot tell: it may be a plugin of ours
             raw = f"[{group}]".encode()
-        if f"[{group}]".encode() not in raw:
-            return []
-        if file == "entry_points.txt" and isinstance(exc, TypeError | ValueError):  # say where
-            bad = [ln for ln in raw.decode(errors="replace").splitlines()
+        if raw and file == "entry_points.txt" and isinstance(exc, TypeError | ValueError):
+            bad = [ln for ln in raw.decode(errors="replace").splitlines()  # say where
                    if ln.strip() and not ln.strip().startswith(("#", "[")) and "=" not in ln]
             exc = ValueError(f"{bad[0].strip()!r} is not 'name = value'") if bad else exc
         elif file == "METADATA" and path.name.endswith(".egg-info"):
             file = "PKG-INFO"
-        # the name importlib.metadata reads in the directory's (``name-1.0.dist-info``)
-        name = os.path.splitext(path.name)[0].partition("-")[0] or path.name
-        return [Unreadable(name, f"distribution {name!r} ({path.joinpath(file)})", exc)]
+        return _record(path.name, str(path.joinpath(file)), raw, group, exc)
 
 
 def _normalize(name: str) -> str:
@@ -193,16 +189,24 @@ def _unreadable(info: str, file: str, group: str, exc: Exception) -> list[EntryP
     or cannot be read at all; none otherwise."""
     try:
         with open(os.path.join(info, "entry_points.txt"), "rb") as f:
-            raw = f.read()
+            raw: bytes | None = f.read()
     except FileNotFoundError:
-        return []
+        raw = None
     except OSError:  # cannot tell: it may be a plugin of ours
         raw = f"[{group}]".encode()
-    if f"[{group}]".encode() not in raw:
+    return _record(os.path.basename(info), os.path.join(info, file), raw, group, exc)
+
+
+def _record(base: str, shown: str, raw: bytes | None, group: str,
+            exc: Exception) -> list[EntryPoint | Unreadable]:
+    """The :class:`Unreadable` of the distribution whose metadata directory is named ``base``
+    (the file that failed at ``shown``) if its ``entry_points.txt`` (``raw``; None: it has
+    none) has a ``[group]`` section; none otherwise. Its name is the one importlib.metadata
+    reads in the directory's (``name-1.0.dist-info``)."""
+    if raw is None or f"[{group}]".encode() not in raw:
         return []
-    base = os.path.basename(info)
     name = os.path.splitext(base)[0].partition("-")[0] or base
-    return [Unreadable(name, f"distribution {name!r} ({os.path.join(info, file)})", exc)]
+    return [Unreadable(name, f"distribution {name!r} ({shown})", exc)]
 
 
 def _dist_entry_points(info: str, group: str) -> list[EntryPoint | Unreadable]:
@@ -230,7 +234,7 @@ def _dist_entry_points(info: str, group: str) -> list[EntryPoint | Unreadable]:
                 pairs.append((name.strip(), value.strip()))
         if not pairs:
             return []
-        file = "METADATA"
+        file = "PKG-INFO" if info.endswith(".egg-info") else "METADATA"
         dist_name, version = _name_version(info)
     except _Unusual:
         raise

@@ -178,7 +178,8 @@ def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Table
     with _delegation.cache_scope(xp):  # (torch: not an inference tensor)
         pos = enc._default_positions(n, 0, ctx=ctx)
         cos, sin = enc._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
-        table = (xp.astype(cos, cdt), xp.astype(sin, cdt))
+        table = (cos if cos.dtype == cdt else xp.astype(cos, cdt),
+                 sin if sin.dtype == cdt else xp.astype(sin, cdt))
     if _delegation.cacheable(table[0], ctx=ctx):  # (inside an enclosing trace JAX stages it)
         STORE.put(key, table, nbytes)
     return table

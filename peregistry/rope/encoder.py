@@ -316,8 +316,6 @@ class RotaryEncoder(Encoder):
         checked always; an integer array when its values can be read now (eagerly, without a
         device synchronization, except under JAX without x64 where int32 is reachable) and its
         dtype could overflow at all (an int32 offset never can in int64)."""
-        if isinstance(offset, int) and offset >= -(2**31) and offset + seq <= 2**31 - 1:
-            return  # fits every integer dtype positions are computed in (the decode step)
         xp = ctx.xp
         wide = _delegation.wide_int(xp)
         limits = xp.iinfo(wide)
@@ -375,7 +373,8 @@ class RotaryEncoder(Encoder):
         # One table per position, shared by every head: a compiler must not recompute it for
         # each element of x (XLA would fuse it into the rotation loop).
         xp = ctx.xp
-        return _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
+        return _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
+                                       sin if sin.dtype == cdt else xp.astype(sin, cdt), xp=xp)
 
     def _check_seq_len(self, seq_len: Any) -> int | None:
         if seq_len is None:
