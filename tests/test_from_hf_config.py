@@ -124,7 +124,11 @@ def test_mrope_sections_and_interleaving() -> None:
     assert opts(q3)["interleaved"] is True  # the table: Qwen3-VL's config does not say
     flagged = {**old, "rope_scaling": {**old["rope_scaling"], "mrope_interleaved": True,
                                        "mrope_section": [6, 5, 5]}}
-    assert opts(flagged)["interleaved"] is True
+    # Qwen2-VL's code rotates contiguous sections and reads no such key (nor does any
+    # transformers model): the family's convention stands; a family the table does not know
+    # reads the key (vLLM's reading)
+    assert opts(flagged)["interleaved"] is False
+    assert opts({**flagged, "model_type": "my_vl"})["interleaved"] is True
     bare = {"model_type": "qwen3_vl_text", "head_dim": 128, "rope_theta": 5e6}
     assert opts(bare)["sections"] == (24, 20, 20)  # the rotary module's default
     omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": new["text_config"]}}

@@ -184,7 +184,18 @@ def _ours(cfg: Any, layer_type: str | None) -> Any:
     raise AssertionError("no layer uses RoPE")
 
 
-def _apply(mod: Any, e: Any, out: Any, q: Any) -> Any:
+def _attention_interleaves(src: str, cfg: Any) -> bool:
+    """Whether the family's text attention calls its interleaved apply function: as the config
+    flag its code reads says (``if self.config.rope_interleave:``), else whether the attention
+    classes call it at all. Read from the model's code, never from our encoder's options."""
+    bodies = [b for b in re.split(r"^class ", src, flags=re.M)
+              if re.match(r"\w*Attention\b", b) and not re.match(r"\w*(Vision|Audio|Indexer)", b)]
+    if any("self.config.rope_interleave" in b for b in bodies):
+        return bool(cfg.rope_interleave)
+    return any("apply_rotary_pos_emb_interleave(" in b for b in bodies)
+
+
+def _apply(mod: Any, cfg: Any, e: Any, out: Any, q: Any) -> Any:
     """What the family's own apply function does to ``q`` with the module's output ``out``."""
     import torch
 
@@ -192,7 +203,7 @@ def _apply(mod: Any, e: Any, out: Any, q: Any) -> Any:
     names = [n for n in re.findall(r"^def (apply\w*rotary\w*|apply_\w*rope\w*)\(", src, re.M)
              if "vision" not in n]
     inter = [n for n in names if "interleave" in n]
-    fn = getattr(mod, inter[0] if inter and e.options["layout"] == "interleaved" else names[0])
+    fn = getattr(mod, inter[0] if inter and _attention_interleaves(src, cfg) else names[0])
     if not isinstance(out, tuple):  # complex freqs_cis (Llama 4, DeepSeek-V2)
         try:
             got = fn(q, q, out)[0]
@@ -250,7 +261,7 @@ def test_family_matches_transformers(family: str, names: list[str], layer_type: 
     with torch.no_grad():
         out = rotary(q, pos, layer_type) if layer_type is not None and takes_type \
             else rotary(q, pos)
-        fn, theirs = _apply(_module(family), e, out, q)
+        fn, theirs = _apply(_module(family), cfg, e, out, q)
 
     def ours(enc: Any) -> Any:
         got = enc.rotate(q, pos[:, :, None, :] if enc.name == "mrope" else pos[0])

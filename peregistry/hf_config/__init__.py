@@ -20,7 +20,8 @@ from ._conventions import (
     unregister_model_conventions,
 )
 from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
-from ._rope import ConfigError, rotary_options
+from ._rope import rotary_options
+from ._values import ConfigError, integer, number
 
 if TYPE_CHECKING:
     from ..encoders.base import Encoder
@@ -106,7 +107,7 @@ def _encoding(text: Mapping[str, Any], model_type: str, where: str) -> str:
 def _heads(text: Mapping[str, Any], where: str) -> int:
     for key in ("num_attention_heads", "num_heads", "n_head", "n_heads"):
         if text.get(key) is not None:
-            return int(text[key])
+            return integer(text[key], key, where)
     raise ConfigError(f"{where}: the config has no head count (num_attention_heads, "
                       f"num_heads, n_head or n_heads)")
 
@@ -122,9 +123,14 @@ def _t5(text: Mapping[str, Any], layer_type: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: T5's encoder and decoder differ (bidirectional buckets in "
                           f"the encoder, causal in the decoder); pass layer_type='encoder' or "
                           f"'decoder'{got}")
+    # T5Config's defaults (32, 128) only where the config has no value: 0 stays 0
+    buckets = text.get("relative_attention_num_buckets")
+    distance = text.get("relative_attention_max_distance")
     return {"num_heads": _heads(text, where),
-            "num_buckets": int(text.get("relative_attention_num_buckets") or 32),
-            "max_distance": int(text.get("relative_attention_max_distance") or 128),
+            "num_buckets": 32 if buckets is None else integer(
+                buckets, "relative_attention_num_buckets", where),
+            "max_distance": 128 if distance is None else integer(
+                distance, "relative_attention_max_distance", where),
             "bidirectional": stack == "encoder"}
 
 
@@ -138,7 +144,7 @@ def _alibi(text: Mapping[str, Any], where: str) -> dict[str, Any]:
                           f"follow MPT's own rule, not the paper's that 'alibi' uses")
     out: dict[str, Any] = {"num_heads": heads}
     if max_bias is not None and max_bias != _ALIBI_MAX_BIAS:
-        out["max_bias"] = float(max_bias)  # MPT's alibi_bias_max
+        out["max_bias"] = number(max_bias, "attn_config.alibi_bias_max", where)  # MPT's
     return out
 
 
@@ -151,7 +157,6 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     A layer without positional encoding raises :class:`NoPositionalEncodingError`; unknown
     rope types and missing keys raise :class:`ConfigError` (a ``ValueError``) naming them.
     """
-    from ..registry import default_registry
     from ..rope.scalings import registered_scalings
 
     raw, default_theta = _as_dict(config)
@@ -164,15 +169,27 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
                           f"peregistry.hf_config.MODEL_CONVENTIONS)")
     encoding = _encoding(text, model_type, where)
     if encoding == "t5":
-        return default_registry.get_encoder("t5", **_t5(text, layer_type, where))
+        return _build(where, "t5", _t5(text, layer_type, where))
     if encoding == "alibi":
-        return default_registry.get_encoder("alibi", **_alibi(text, where))
+        return _build(where, "alibi", _alibi(text, where))
     interval = conventions_of(model_type).get("no_rope_layer_interval")
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default
-    rope = layer_rope(text, layer_type, where)
+    rope = layer_rope(text, layer_type, where, model_type)
     text = {**text, **layer_overrides(text, layer_type, where)}  # Gemma 4's global head_dim
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,
                                    registered=registered_scalings())
-    return default_registry.get_encoder(name, **options)
+    return _build(where, name, options)
+
+
+def _build(where: str, name: str, options: dict[str, Any]) -> Encoder:
+    """The encoder; options it refuses (a scaling's factor of 0, T5's 0 buckets) are a
+    :class:`ConfigError` giving the encoder's own message, which names the option and value."""
+    from ..registry import default_registry
+
+    try:
+        return default_registry.get_encoder(name, **options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: the config's values are refused by {name!r}: {exc}") \
+            from exc

@@ -6,8 +6,10 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 
 * ``layout="interleaved"``: the family rotates pairs ``(2i, 2i+1)`` (``rotate_every_two``,
   ``x[..., 0::2]`` / ``x[..., 1::2]`` in ``rotate_half``, or ``torch.view_as_complex``);
-* ``layout_flag``: a config key whose truth selects the interleaved layout, with its default
-  (DeepSeek-V3's ``rope_interleave``, default True);
+* ``layout_flag``: the default of the config key that selects the interleaved layout, for
+  configs without it (DeepSeek-V3's ``rope_interleave``: default True). The key itself is read
+  for every model type whose entry fixes no ``layout``: a key that changes the rotation needs
+  no entry;
 * ``mrope_interleaved=True``: M-RoPE cycles the axes over the pairs (Qwen3-VL
   ``recomposition_frequencies``) without ``mrope_interleaved`` in the config;
 * ``mrope_section``: the sections the rotary module assumes when the config has none;
@@ -30,6 +32,9 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   ``[nope | rope]``); ``direction="negative"``: pairs turn by ``-p·ω`` (nanochat);
 * ``rope_type_aliases``: the config's ``rope_type`` names the configuration class renames
   (Phi-3: ``"su"`` and ``"yarn"`` mean ``"longrope"``);
+* ``layer_rope_defaults``: ``{layer type: (config key, theta)}``: what the config class fills
+  in for a layer type that ``layer_types`` lists and ``rope_parameters`` lacks (Gemma 3: the
+  sliding layers get the default rope type with ``rope_local_base_freq``, else 10000);
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
   a rotary encoder that looks right (BLT's composite config).
 """
@@ -64,6 +69,8 @@ _KEYS: dict[str, str] = {
     "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
+    "layer_rope_defaults": "a dict {layer type: (config key, default theta)}: the rope "
+                           "parameters the config class fills in for a missing layer type",
 }
 
 
@@ -119,16 +126,27 @@ _TABLE: dict[str, dict[str, Any]] = {
        for t in ("blt_global_transformer", "blt_local_encoder", "blt_local_decoder")},
     "blt": {"unsupported": "a BLT config holds several transformers: pass one of its "
                            "sub-configs (global_config, encoder_config, decoder_config)"},
-    # a flag selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see docs)
-    "deepseek_v3": {"layout_flag": ("rope_interleave", True)},
-    "glm4_moe_lite": {"layout_flag": ("rope_interleave", True)},
-    "mistral4": {"layout_flag": ("rope_interleave", True)},
+    # DeepSeek-V3.2's MLA (and AXK2's, its copy); their lightning indexer rotates its own
+    # q/k in the half layout (apply_rotary_pos_emb): get_encoder(..., layout="half") for it
+    "deepseek_v32": _INTERLEAVED, "axk2": _INTERLEAVED,
+    # rope_interleave selects it (apply_rotary_pos_emb_interleave: output de-interleaved, see
+    # docs); the config class defaults it to True, which a config.json may leave out
+    **{t: {"layout_flag": ("rope_interleave", True)}
+       for t in ("deepseek_v3", "glm4_moe_lite", "mistral4", "axk1", "youtu")},
     # M-RoPE interleaved without saying so
     **{t: {"mrope_interleaved": True, "theta": 500000.0, "mrope_section": (24, 20, 20)}
        for t in ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text")},
     # half-layout rotary families (listed so a config without any rope key still counts)
     "llama": {}, "mistral": {}, "mixtral": {"theta": 1000000.0}, "qwen2": {}, "qwen3": {},
-    "qwen2_moe": {}, "qwen3_moe": {}, "gemma": {}, "gemma2": {}, "gemma3_text": {},
+    "qwen2_moe": {}, "qwen3_moe": {}, "gemma": {}, "gemma2": {},
+    # Gemma3Config.convert_rope_params_to_dict: a layer type without parameters gets these
+    **{t: {"layer_rope_defaults": {"full_attention": ("rope_theta", 1_000_000.0),
+                                   "sliding_attention": ("rope_local_base_freq", 10_000.0)}}
+       for t in ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")},
+    # ModernBertDecoderConfig likewise, with its own keys and thetas
+    "modernbert-decoder": {"layer_rope_defaults": {
+        "full_attention": ("global_rope_theta", 160_000.0),
+        "sliding_attention": ("local_rope_theta", 10_000.0)}},
     "phi": {"partial_rotary_factor": 0.5}, "phi3": _PHI3, "gpt_neox": {"partial_rotary_factor": 0.25},
     "stablelm": {"partial_rotary_factor": 0.25}, "olmo": {}, "olmo2": {}, "starcoder2": {},
     **{t: {"theta": 1000000.0, "mrope_section": (16, 24, 24)}  # the rotary module's default
@@ -189,6 +207,9 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
+    "layer_rope_defaults": lambda v: isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str)
+        and _is_number(r[1]) and r[1] > 0 for k, r in v.items()),
     "rotary_features": lambda v: v in ("first", "last"),
     "reads_rotary_dim": lambda v: isinstance(v, bool),
     "mrope_map": callable,
@@ -214,7 +235,7 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
     ``mrope_map``, ``feature_map``, ``ntk_alpha``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
     ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
-    ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
+    ``layer_rope_defaults``, ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
     bad values raise ``ValueError`` naming them."""
     if not isinstance(model_type, str) or not model_type:

@@ -7,60 +7,129 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._rope import ConfigError
+from ._conventions import conventions_of
+from ._values import ConfigError, integer, mapping, summary
 
 __all__ = ["NoPositionalEncodingError", "layer_rope"]
 
 #: Keys of a flat ``rope_parameters`` dict (a dict keyed by layer type has none of them).
 _ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "factor", "partial_rotary_factor",
                         "mrope_section", "original_max_position_embeddings"})
+#: A layer type that ``layer_types`` lists and ``rope_parameters`` (keyed by layer type) lacks.
+_MISSING = "missing"
 
 
 class NoPositionalEncodingError(ConfigError):
     """The layer asked for uses no positional encoding (NoPE): there is no encoder to give."""
 
 
-def _by_type(text: Mapping[str, Any]) -> dict[str, Any] | None:
-    """RoPE settings keyed by layer type (None: one flat setting for every layer)."""
-    params = text.get("rope_parameters")
-    if isinstance(params, Mapping) and params:
-        labels = set(text.get("_rope_type_labels") or text.get("layer_types") or ())
+def layer_types_of(text: Mapping[str, Any], where: str) -> list[str]:
+    """The config's ``layer_types`` (one per layer), checked to be a list of strings."""
+    value = text.get("layer_types")
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(t, str) for t in value):
+        raise ConfigError(f"{where}: layer_types must be a list of layer type names, got "
+                          f"{value!r:.80}")
+    return list(value)
+
+
+def layer_count(text: Mapping[str, Any], layer_types: list[str], where: str) -> int | None:
+    """``len(layer_types)``, else ``num_hidden_layers`` (checked), else None."""
+    if layer_types:
+        return len(layer_types)
+    value = text.get("num_hidden_layers")
+    return None if value is None else integer(value, "num_hidden_layers", where, minimum=0)
+
+
+def _by_type(text: Mapping[str, Any], model_type: str, layer_types: list[str],
+             where: str) -> dict[str, Any] | None:
+    """RoPE settings keyed by layer type (None: one flat setting for every layer). A layer type
+    ``layer_types`` lists without an entry gets what the config class fills in for it (the
+    table's ``layer_rope_defaults``: Gemma 3's sliding layers), else is marked missing."""
+    params = mapping(text.get("rope_parameters"), "rope_parameters", where)
+    if params:
+        own_labels = text.get("_rope_type_labels")
+        labels = set(own_labels or layer_types)
         nested = [k for k in params if k in labels]
         if not nested and not (set(params) & _ROPE_KEYS) and all(
                 v is None or isinstance(v, Mapping) for v in params.values()):
             nested = list(params)  # keyed by layer type, the config not listing the types
-        if nested:
-            return {k: (None if params[k] is None else dict(params[k])) for k in nested}
-        return None
+        if not nested:
+            return None
+        types: dict[str, Any] = {k: (None if params[k] is None else
+                                     dict(mapping(params[k], f"rope_parameters[{k!r}]", where)))
+                                 for k in nested}
+        if not own_labels:
+            defaults = conventions_of(model_type).get("layer_rope_defaults", {})
+            for t in dict.fromkeys(layer_types):
+                if t not in types:
+                    types[t] = _default_rope(text, defaults[t]) if t in defaults else _MISSING
+        return types
     if text.get("rope_local_base_freq") is not None:  # Gemma 3, transformers 4.x
-        full = {**(text.get("rope_scaling") or {}), "rope_theta": text.get("rope_theta")}
+        full = {**mapping(text.get("rope_scaling"), "rope_scaling", where),
+                "rope_theta": text.get("rope_theta")}
         return {"full_attention": full, "sliding_attention": {
             "rope_type": "default", "rope_theta": text["rope_local_base_freq"]}}
     return None
 
 
-def _flat(text: Mapping[str, Any]) -> dict[str, Any]:
-    params = text.get("rope_parameters")
-    if isinstance(params, Mapping) and params:
+def _default_rope(text: Mapping[str, Any], rule: tuple[str, float]) -> dict[str, Any]:
+    """What the config class fills in for a layer type ``rope_parameters`` lacks: the default
+    rope type, with theta from the config key ``rule[0]`` or the class default ``rule[1]``."""
+    key, theta = rule
+    value = text.get(key)
+    return {"rope_type": "default", "rope_theta": theta if value is None else value}
+
+
+def _flat(text: Mapping[str, Any], where: str) -> dict[str, Any]:
+    params = mapping(text.get("rope_parameters"), "rope_parameters", where)
+    if params:
         return dict(params)
-    return dict(text.get("rope_scaling") or {})  # 4.x: rope_theta stays beside it
+    return dict(mapping(text.get("rope_scaling"), "rope_scaling", where))  # 4.x: rope_theta beside
 
 
-def _nope_layers(text: Mapping[str, Any], count: int | None) -> set[int]:
-    """Indices of the layers without RoPE. ``no_rope_layers`` is a mask (1: RoPE, 0: NoPE) as
-    Llama 4 and SmolLM3 define it; absent, it follows ``no_rope_layer_interval`` as they do."""
-    mask = text.get("no_rope_layers")
-    interval = text.get("no_rope_layer_interval")
-    if not mask and interval and count:
-        mask = [int((i + 1) % int(interval) != 0) for i in range(count)]
-    return {i for i, v in enumerate(mask or ()) if not v}
+class _NoPE:
+    """The layers without RoPE, never listed one by one: the zeros of ``no_rope_layers`` (a
+    mask, 1: RoPE, 0: NoPE, as Llama 4 and SmolLM3 define it), or, without a mask, every
+    ``interval``-th of ``count`` layers (their ``no_rope_layer_interval``)."""
+
+    def __init__(self, text: Mapping[str, Any], count: int | None, where: str) -> None:
+        mask = text.get("no_rope_layers")
+        if mask and (isinstance(mask, (str, bytes)) or not isinstance(mask, (list, tuple))):
+            raise ConfigError(f"{where}: no_rope_layers must be a list of 0/1 per layer, got "
+                              f"{mask!r:.80}")
+        interval = text.get("no_rope_layer_interval")
+        self.interval = (integer(interval, "no_rope_layer_interval", where)
+                         if not mask and interval and count else None)
+        self.count = count or 0
+        self.mask = {i for i, v in enumerate(mask or ()) if not v}
+
+    def __contains__(self, i: int) -> bool:
+        if self.interval is not None:
+            return 0 <= i < self.count and (i + 1) % self.interval == 0
+        return i in self.mask
+
+    def __bool__(self) -> bool:
+        return bool(self.mask) or (self.interval is not None and self.count >= self.interval)
+
+    def describe(self) -> str:
+        if self.interval is None:
+            return summary(sorted(self.mask))
+        n = self.count // self.interval
+        first = [self.interval * (k + 1) - 1 for k in range(min(n, 12))]
+        if n <= 12:
+            return str(first)
+        return (f"[{', '.join(map(str, first[:3]))}, ..., {self.interval * n - 1}] (one in "
+                f"{self.interval}: {n:,} of {self.count:,} layers)")
 
 
-def _describe(types: dict[str, Any], layer_types: list[str], nope: set[int]) -> str:
+def _describe(types: dict[str, Any], layer_types: list[str], nope: _NoPE | None) -> str:
     parts = []
     for t, params in types.items():
         idx = [i for i, lt in enumerate(layer_types) if lt == t]
-        if params is None or (idx and all(i in nope for i in idx)):
+        if params is None or (nope and idx and all(i in nope for i in idx)):
             parts.append(f"{t!r} (no positional encoding)")
         else:
             kind = params.get("rope_type") or params.get("type") or "default"
@@ -75,40 +144,52 @@ def _nope(where: str, what: str, why: str) -> NoPositionalEncodingError:
                                      f"its attention needs no encoder")
 
 
-def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
-               where: str) -> dict[str, Any]:
+def _missing(where: str, layer_types: list[str]) -> ConfigError:
+    return ConfigError(
+        f"{where}: layer type{'s' if len(layer_types) > 1 else ''} "
+        f"{', '.join(map(repr, layer_types))} {'are' if len(layer_types) > 1 else 'is'} listed "
+        f"in layer_types but rope_parameters (keyed by layer type) has no entry for "
+        f"{'them' if len(layer_types) > 1 else 'it'}; transformers' config class fills in its "
+        f"own defaults: pass the config loaded by transformers (AutoConfig), add the entry, or "
+        f"teach peregistry the defaults with register_model_conventions(model_type, "
+        f"layer_rope_defaults=...)")
+
+
+def layer_rope(text: Mapping[str, Any], layer_type: str | int | None, where: str,
+               model_type: str = "") -> dict[str, Any]:
     """The flat RoPE settings of ``layer_type`` (a layer type name, a layer index, or None for
     a model whose layers all agree)."""
     if text.get("use_rope") is False:
         raise _nope(where, "every layer", "use_rope is false")
     if text.get("use_mem_rope") is False:  # Zamba2's shared attention blocks
         raise _nope(where, "every layer", "use_mem_rope is false")
-    layer_types = [str(t) for t in text.get("layer_types") or ()]
-    count = len(layer_types) or text.get("num_hidden_layers")
-    nope = _nope_layers(text, count)
-    by_type = _by_type(text)
-    flat = _flat(text) if by_type is None else None
-    types: dict[str, Any] = by_type if by_type is not None else {
-        t: flat for t in dict.fromkeys(layer_types)}
     if isinstance(layer_type, bool) or not isinstance(layer_type, (str, int, type(None))):
         raise TypeError(f"{where}: layer_type must be a layer type name, a layer index or "
                         f"None, got {layer_type!r}")
+    layer_types = layer_types_of(text, where)
+    count = layer_count(text, layer_types, where)
+    nope: _NoPE | None = _NoPE(text, count, where)
+    by_type = _by_type(text, model_type, layer_types, where)
+    flat = _flat(text, where) if by_type is None else None
+    types: dict[str, Any] = by_type if by_type is not None else {
+        t: flat for t in dict.fromkeys(layer_types)}
     if isinstance(layer_type, int):
         if count is not None and not 0 <= layer_type < count:
             raise ConfigError(f"{where}: layer index {layer_type} is out of range: the model "
-                              f"has {count} layers (0 to {count - 1})")
-        if layer_type in nope:
+                              f"has {count:,} layers (0 to {count - 1:,})")
+        if nope and layer_type in nope:
             raise _nope(where, f"layer {layer_type}", "no_rope_layers marks it NoPE")
         if not layer_types and by_type is None:
             return dict(flat or {})
-        layer_type = layer_types[layer_type] if layer_types else None
-        if layer_type is None:
+        if not layer_types:
             raise ConfigError(f"{where}: the RoPE settings are keyed by layer type "
                               f"({', '.join(types)}) but the config has no 'layer_types'")
-        nope = set()  # this layer uses RoPE: its type's settings apply
+        layer_type, nope = layer_types[layer_type], None  # it uses RoPE: its type's settings
     if layer_type is None:
         settings = [p for t, p in types.items()
                     if not layer_types or t in layer_types] or list(types.values())
+        if any(p is _MISSING for p in settings):
+            raise _missing(where, [t for t, p in types.items() if p is _MISSING])
         if not nope and all(p == settings[0] for p in settings):
             if settings and settings[0] is None:
                 raise _nope(where, "every layer", "rope_parameters is None")
@@ -116,22 +197,24 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None,
         listed = _describe(types, layer_types, nope) if types else "(no layer types)"
         raise ConfigError(f"{where}: the layers use different positional encodings; pass "
                           f"layer_type= one of {listed}"
-                          + (f", or a layer index (layers {sorted(nope)} use none)"
+                          + (f", or a layer index (layers {nope.describe()} use none)"
                              if nope else ""))
     if layer_type not in types:
         known = ", ".join(repr(t) for t in types) or "none (pass a layer index or None)"
         raise ConfigError(f"{where}: unknown layer_type {layer_type!r}; the config's layer "
                           f"types: {known}")
-    idx = [i for i, t in enumerate(layer_types) if t == layer_type]
+    if types[layer_type] is _MISSING:
+        raise _missing(where, [layer_type])
     if types[layer_type] is None:
         raise _nope(where, f"layer type {layer_type!r}", "its rope_parameters entry is None")
-    if idx and all(i in nope for i in idx):
-        raise _nope(where, f"layer type {layer_type!r}", f"no_rope_layers marks layers {idx} "
-                    f"NoPE")
-    if any(i in nope for i in idx):
-        raise ConfigError(f"{where}: layers of type {layer_type!r} differ: "
-                          f"{sorted(i for i in idx if i in nope)} use no positional encoding, "
-                          f"the others RoPE; pass a layer index")
+    idx = [i for i, t in enumerate(layer_types) if t == layer_type]
+    marked = [i for i in idx if nope and i in nope]
+    if idx and len(marked) == len(idx):
+        raise _nope(where, f"layer type {layer_type!r}", f"no_rope_layers marks layers "
+                    f"{summary(marked)} NoPE")
+    if marked:
+        raise ConfigError(f"{where}: layers of type {layer_type!r} differ: {summary(marked)} "
+                          f"use no positional encoding, the others RoPE; pass a layer index")
     return dict(types[layer_type])
 
 
@@ -144,26 +227,31 @@ def layer_overrides(text: Mapping[str, Any], layer_type: str | int | None,
                     where: str) -> dict[str, Any]:
     """The ``per_layer_config`` overrides of the layers ``layer_type`` selects (Gemma 4's
     full-attention layers have their own ``head_dim``, its ``global_head_dim``): a dict keyed by
-    layer index (as a string in JSON). Layers of one type that disagree are an error."""
+    layer index (as a string in JSON). Layers of one type that disagree are an error. Only the
+    listed layers are read (a config may count 10^12 layers)."""
     per_layer = text.get("per_layer_config")
     if not isinstance(per_layer, Mapping) or not per_layer:
         return {}
-    layer_types = [str(t) for t in text.get("layer_types") or ()]
-    count = len(layer_types) or int(text.get("num_hidden_layers") or 0)
+    layer_types = layer_types_of(text, where)
+    count = layer_count(text, layer_types, where) or 0
     if isinstance(layer_type, int):
-        idx = [layer_type]
+        selected: Any = {layer_type}
     elif layer_type is None:
-        idx = list(range(count))
+        selected = range(count)
     else:
-        idx = [i for i, t in enumerate(layer_types) if t == layer_type]
+        selected = {i for i, t in enumerate(layer_types) if t == layer_type}
     by_index: dict[int, Any] = {}
     for key, value in per_layer.items():
         try:
-            by_index[int(key)] = value  # JSON keys are strings, zero-padded ("05")
+            i = int(key)  # JSON keys are strings, zero-padded ("05")
         except (TypeError, ValueError):
             continue
-    found = [{k: v for k, v in dict(by_index.get(i) or {}).items() if k in _ROPE_SHAPING}
-             for i in idx]
+        if i in selected:
+            by_index[i] = {k: v for k, v in dict(mapping(value, f"per_layer_config[{key!r}]",
+                                                         where)).items() if k in _ROPE_SHAPING}
+    found = list(by_index.values())
+    if len(by_index) < len(selected):
+        found.append({})  # the selected layers the overrides do not list
     if any(f != found[0] for f in found):
         what = "the layers" if layer_type is None else f"the layers of type {layer_type!r}"
         raise ConfigError(f"{where}: {what} differ in per_layer_config ({found[0]} vs "

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._conventions import conventions_of
+from ._values import ConfigError, integer, integers, number
 
 __all__ = ["ConfigError", "rotary_options"]
 
@@ -17,17 +18,17 @@ _NOT_SCALING = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_fac
 _NEED_ORIGINAL = ("llama3", "yarn", "longrope")
 
 
-class ConfigError(ValueError):
-    """A config that lacks what its positional encoding needs, or asks for what peregistry
-    does not have: the message names the key, the value and the model type."""
-
-
 def _number(config: Mapping[str, Any], *keys: str) -> Any:
+    return _found(config, *keys)[1]
+
+
+def _found(config: Mapping[str, Any], *keys: str) -> tuple[str, Any]:
+    """``(key, value)`` of the first of ``keys`` the config sets (``(keys[0], None)``: none)."""
     for key in keys:
         value = config.get(key)
         if value is not None:
-            return value
-    return None
+            return key, value
+    return keys[0], None
 
 
 #: Names of the attention head's width, after DeepSeek MLA's ``qk_rope_head_dim``: the
@@ -36,35 +37,37 @@ def _number(config: Mapping[str, Any], *keys: str) -> Any:
 _HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "kv_channels")
 
 
-def head_dim(config: Mapping[str, Any], model_type: str) -> int:
+def head_dim(config: Mapping[str, Any], model_type: str,
+             where: str | None = None) -> int:
     """DeepSeek MLA's ``qk_rope_head_dim``, else ``head_dim`` (``attention_head_dim``,
     ``kv_channels``), else ``hidden_size // num_attention_heads`` (transformers' rule; the
     GPT-J/GPT-2 names ``n_embd``/``n_head`` too)."""
+    where = where or f"from_hf_config (model type {model_type!r})"
     # [nope | rope] heads (DeepSeek-V4) are head_dim wide, their last qk_rope_head_dim rotate
     last = conventions_of(model_type).get("rotary_features") == "last"
-    value = _number(config, *(_HEAD_DIM_KEYS if last else ("qk_rope_head_dim", *_HEAD_DIM_KEYS)))
+    key, value = _found(config, *(_HEAD_DIM_KEYS if last
+                                  else ("qk_rope_head_dim", *_HEAD_DIM_KEYS)))
     if value is not None:
-        return int(value)
-    hidden = _number(config, "hidden_size", "n_embd", "d_model")
-    heads = _number(config, "num_attention_heads", "n_head", "num_heads", "n_heads",
-                    "decoder_num_attention_heads")  # Moonshine's text decoder
+        return integer(value, key, where)
+    hidden_key, hidden = _found(config, "hidden_size", "n_embd", "d_model")
+    heads_key, heads = _found(config, "num_attention_heads", "n_head", "num_heads", "n_heads",
+                              "decoder_num_attention_heads")  # Moonshine's text decoder
     if hidden is None or heads is None:
         missing = "hidden_size" if hidden is None else "num_attention_heads"
-        raise ConfigError(f"config of model type {model_type!r} has no 'head_dim' and no "
-                          f"{missing!r}: the head dimension of its rotary embedding is unknown")
-    return int(hidden) // int(heads)
+        raise ConfigError(f"{where}: the config has no 'head_dim' and no {missing!r}: the "
+                          f"head dimension of its rotary embedding is unknown")
+    return integer(hidden, hidden_key, where) // integer(heads, heads_key, where)
 
 
 def _theta(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
-           default_theta: float | None) -> float:
-    value = _number(rope, "rope_theta")
+           default_theta: float | None, where: str) -> float:
+    key, value = _found(rope, "rope_theta")
     if value is None:
-        value = _number(config, "rope_theta", "rotary_emb_base")
+        key, value = _found(config, "rope_theta", "rotary_emb_base")
     if value is None:
-        value = default_theta
-    if value is None:
-        value = conventions_of(model_type).get("theta", 10000.0)
-    return float(value)
+        return float(default_theta if default_theta is not None
+                     else conventions_of(model_type).get("theta", 10000.0))
+    return number(value, key, where)
 
 
 def _consumes_partial(kind: str, registered: Mapping[str, Any]) -> bool:
@@ -78,30 +81,55 @@ def _consumes_partial(kind: str, registered: Mapping[str, Any]) -> bool:
 
 
 def _rotary_dim(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str,
-                dim: int) -> int:
+                dim: int, where: str) -> int:
     reads = conventions_of(model_type).get("reads_rotary_dim", True)
     if reads and config.get("rotary_dim") is not None:  # GPT-J, CodeGen: a count of features
-        return int(config["rotary_dim"])
-    factor = _number(rope, "partial_rotary_factor")
+        return integer(config["rotary_dim"], "rotary_dim", where)
+    key, factor = _found(rope, "partial_rotary_factor")
     if factor is None:
-        factor = _number(config, "partial_rotary_factor", "rotary_pct")
-    if factor is None:
-        factor = conventions_of(model_type).get("partial_rotary_factor", 1.0)
+        key, factor = _found(config, "partial_rotary_factor", "rotary_pct")
+    factor = (conventions_of(model_type).get("partial_rotary_factor", 1.0) if factor is None
+              else number(factor, key, where))
+    if factor > 1:
+        raise ConfigError(f"{where}: {key}={factor!r} must be in (0, 1]")
     mla, full = config.get("qk_rope_head_dim"), config.get("head_dim")
-    if mla is not None and full is not None and dim == int(mla) \
-            and int(int(full) * float(factor)) == dim:
+    if mla is not None and full is not None and dim == mla \
+            and int(integer(full, "head_dim", where) * factor) == dim:
         return dim  # Mistral 4: the factor is of the whole head; the rope part rotates whole
-    return int(dim * float(factor))
+    return int(dim * factor)  # transformers' own rule: int(head_dim * partial_rotary_factor)
 
 
-def _layout(config: Mapping[str, Any], model_type: str) -> str:
+def _flag(config: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = config.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key}={value!r} must be true or false")
+    return value
+
+
+def _layout(config: Mapping[str, Any], model_type: str, where: str) -> str:
+    """The pair layout: the family's fixed one (its code reads no key), else the config's
+    ``rope_interleave`` wherever it appears (DeepSeek-V3, AXK1, Youtu, ...: the attention calls
+    ``apply_rotary_pos_emb_interleave`` when it is true), else the family's default for it."""
     conv = conventions_of(model_type)
-    flag = conv.get("layout_flag")
-    if flag is not None:
-        key, default = flag
-        value = config.get(key)
-        return "interleaved" if (default if value is None else value) else "half"
-    return str(conv.get("layout", "half"))
+    if "layout" in conv:
+        return str(conv["layout"])
+    key, default = conv.get("layout_flag", ("rope_interleave", False))
+    value = _flag(config, key, where)
+    return "interleaved" if (default if value is None else value) else "half"
+
+
+def _mrope_interleaved(rope: Mapping[str, Any], config: Mapping[str, Any],
+                       model_type: str, where: str) -> bool:
+    """Whether M-RoPE cycles its axes over the pairs. transformers' modeling code reads no
+    key for it: a family the table lists as M-RoPE does what its code does (the table says
+    so); for any other, the config's ``mrope_interleaved`` (vLLM's reading of it) decides."""
+    conv = conventions_of(model_type)
+    if "mrope_interleaved" in conv or "mrope_section" in conv:
+        return bool(conv.get("mrope_interleaved", False))
+    value = _flag(rope, "mrope_interleaved", where)
+    if value is None:
+        value = _flag(config, "mrope_interleaved", where)
+    return bool(value)
 
 
 def _scaling(kind: str, rope: Mapping[str, Any], config: Mapping[str, Any], where: str,
@@ -120,6 +148,8 @@ def _scaling(kind: str, rope: Mapping[str, Any], config: Mapping[str, Any], wher
     params = {k: v for k, v in rope.items() if k in declared
               and (k not in _NOT_SCALING or k == "partial_rotary_factor")}
     max_pos = config.get("max_position_embeddings")
+    if max_pos is not None:
+        max_pos = integer(max_pos, "max_position_embeddings", where)
     if kind == "dynamic" and max_pos is not None:  # transformers: always max_position_embeddings
         params["original_max_position_embeddings"] = max_pos
     if kind in _NEED_ORIGINAL:
@@ -139,35 +169,37 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
                    registered: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(encoder name, options)`` for the rotary settings ``rope`` (one layer type's flat
     ``rope_parameters``, or the 4.x ``rope_scaling`` with ``rope_theta`` beside it)."""
-    dim = head_dim(config, model_type)
-    theta = _theta(rope, config, model_type, default_theta)
-    kind = rope.get("rope_type") or rope.get("type") or "default"
+    dim = head_dim(config, model_type, where)
+    theta = _theta(rope, config, model_type, default_theta, where)
+    kind_key, kind = _found(rope, "rope_type", "type")
+    if kind is None:
+        kind = "default"
+    elif not isinstance(kind, str):
+        raise ConfigError(f"{where}: {kind_key}={kind!r} must be a string (a rope type)")
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
     kind = str(conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind))
     alpha = _number(rope, "alpha")
     if kind == "dynamic" and alpha and conventions_of(model_type).get("ntk_alpha"):
         # HunYuan's compute_ntk_alpha_rope_parameters: a fixed alpha only stretches the base
-        theta, kind = theta * float(alpha) ** (dim / (dim - 2)), "default"
+        theta *= number(alpha, "alpha", where) ** (dim / (dim - 2))
+        kind = "default"
     rotary_dim = (dim if _consumes_partial(kind, registered)
-                  else _rotary_dim(rope, config, model_type, dim))
+                  else _rotary_dim(rope, config, model_type, dim, where))
     scaling = _scaling(kind, rope, config, where, registered)
-    layout = _layout(config, model_type)
+    layout = _layout(config, model_type, where)
     conv = conventions_of(model_type)
     common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
               "rotary_dim": None if rotary_dim == dim else rotary_dim,
               **{k: conv[k] for k in ("rotary_features", "direction") if k in conv}}
     # HunYuan-VL's checkpoints name it xdrope_section (its config class renames it)
-    sections = rope.get("mrope_section") or rope.get("xdrope_section") or conv.get(
-        "mrope_section")
+    key, sections = _found(rope, "mrope_section", "xdrope_section")
+    if sections is None:
+        key, sections = "MODEL_CONVENTIONS mrope_section", conv.get("mrope_section")
     if sections is None:
         return "rotary", common
-    interleaved = _number(rope, "mrope_interleaved")
-    if interleaved is None:
-        interleaved = _number(config, "mrope_interleaved")
-    if interleaved is None:
-        interleaved = conventions_of(model_type).get("mrope_interleaved", False)
-    out = {**common, "sections": tuple(int(s) for s in sections), "interleaved": bool(interleaved)}
+    out = {**common, "sections": integers(sections, key, where),
+           "interleaved": _mrope_interleaved(rope, config, model_type, where)}
     mapper = conv.get("mrope_map")
     if mapper is not None:  # the family's own axis-to-pair map (Ernie-4.5-VL)
         out["sections"], out["pair_axes"] = mapper(list(out["sections"]))
