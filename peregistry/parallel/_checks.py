@@ -7,6 +7,7 @@ a tracer whose values are unknown, and reading one would fail (JAX) or break the
 from __future__ import annotations
 
 import itertools
+import numbers
 import operator
 from typing import Any
 
@@ -27,7 +28,10 @@ def count(name: str, value: Any, minimum: int) -> int:
 
 
 def is_array(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype")
+    """An array argument: Python and NumPy integer scalars (``np.int64(1)``, what iterating
+    ``np.arange`` gives) are ints, not arrays, though NumPy's have a shape and a dtype."""
+    return (hasattr(x, "shape") and hasattr(x, "dtype")
+            and not isinstance(x, numbers.Integral))
 
 
 def is_concrete(x: Any) -> bool:
@@ -65,6 +69,41 @@ def device_of(x: Any) -> Any:
     return x.device if backend is None else backend.device(x)
 
 
+def one_framework(owner: str, **arrays: Any) -> None:
+    """Refuse array arguments of different frameworks with a ``TypeError`` naming them (as
+    ``enc.rotate`` does), instead of a framework's error deep inside the computation."""
+    first: tuple[str, Any] | None = None
+    for name, a in arrays.items():
+        backend = _services().backend_of(a) if a is not None and is_array(a) else None
+        if backend is None:
+            continue
+        if first is None:
+            first = (name, backend)
+        elif backend.name != first[1].name:
+            raise TypeError(f"{owner}: inputs mix arrays of {first[1].name} and {backend.name}: "
+                            f"{first[0]} is a {first[1].name} array but {name} is a "
+                            f"{backend.name} array; pass all arrays from one framework "
+                            f"(peregistry.convert moves arrays between frameworks)")
+
+
+def in_range(owner: str, name: str, x: Any, low: int, high: int | None) -> None:
+    """Check that the values of ``x`` (an int, or a concrete integer array) lie in
+    ``[low, high)`` (``high=None``: no upper bound); traced arrays are not read."""
+    if is_array(x):
+        if not is_concrete(x):
+            return
+        values = host_ints(x)
+    else:
+        values = [x]
+    bad = [v for v in values if v < low or (high is not None and v >= high)]
+    if bad:
+        allowed = f">= {low}" if high is None else f"in [{low}, {high})"
+        if is_array(x):
+            raise ValueError(f"{owner}: every entry of {name} must be {allowed}, got "
+                             f"{_short(bad)} among its values")
+        raise ValueError(f"{owner}: {name} must be {allowed}, got {bad[0]}")
+
+
 def integer_array(owner: str, name: str, x: Any, *, ndim: int = 1) -> Any:
     """The namespace of ``x``, after checking that ``x`` is an integer array of ``ndim`` dims."""
     if not is_array(x):
@@ -81,7 +120,7 @@ def integer_array(owner: str, name: str, x: Any, *, ndim: int = 1) -> Any:
 def rank(owner: str, cp_rank: Any, cp_size: int) -> Any:
     """``cp_rank`` checked against ``cp_size``: a Python int, or a 0-d integer array (traced
     ones, e.g. ``jax.lax.axis_index``, are passed through unchecked)."""
-    if is_array(cp_rank):
+    if is_array(cp_rank):  # a NumPy integer scalar is an int (is_array)
         integer_array(owner, "cp_rank", cp_rank, ndim=0)
         if is_concrete(cp_rank):
             value = host_ints(cp_rank)[0]
@@ -89,7 +128,7 @@ def rank(owner: str, cp_rank: Any, cp_size: int) -> Any:
                 raise ValueError(f"{owner}: cp_rank must be in [0, cp_size={cp_size}), "
                                  f"got {value}")
         return cp_rank
-    value = count("cp_rank", cp_rank, 0)
+    value = count("cp_rank", cp_rank, 0)  # a plain int from here on (np.int64 too)
     if value >= cp_size:
         raise ValueError(f"{owner}: cp_rank must be in [0, cp_size={cp_size}), got {value}")
     return value

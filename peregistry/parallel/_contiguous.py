@@ -49,9 +49,20 @@ def shard_offset(local_len: int, shard_index: Any, *, offset: Any = 0) -> Any:
     """The ``offset`` to pass to ``enc.rotate`` on shard ``shard_index`` holding ``local_len``
     tokens: ``offset + shard_index * local_len``. ``shard_index`` (and ``offset``) may be Python
     ints or integer arrays of any framework (traced ones too); the result has their type."""
+    from ._checks import in_range, is_array, one_framework
+
     local_len = _count("local_len", local_len, 0)
     if isinstance(shard_index, bool) or isinstance(offset, bool):
-        raise TypeError("shard_index and offset must be ints or integer arrays, not bool")
+        raise TypeError("shard_offset: shard_index and offset must be ints or integer arrays, "
+                        "not bool")
+    one_framework("shard_offset", shard_index=shard_index, offset=offset)
+    values = []
+    for name, v in (("shard_index", shard_index), ("offset", offset)):
+        if not is_array(v):  # Python and NumPy integer scalars are ints
+            v = _count(name, v, 0)
+        in_range("shard_offset", name, v, 0, None)  # traced arrays are not read
+        values.append(v)
+    shard_index, offset = values
     return offset + shard_index * local_len
 
 

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ._checks import count, index_dtype, is_array, rank, sequence_lengths, target
+from ._checks import (
+    count,
+    index_dtype,
+    is_array,
+    one_framework,
+    rank,
+    sequence_lengths,
+    target,
+)
 from ._checks import cu_seqlens as _checked_cu
 from ._checks import device_of as _device
 from ._packed import packed_positions
@@ -58,24 +66,30 @@ def shard_tokens(total: int, cp_size: int, cp_rank: Any, *, layout: Layout = "co
         else the namespace's default integer dtype.
     """
     owner = "shard_tokens"
+    one_framework(owner, cu_seqlens=cu_seqlens, cp_rank=cp_rank, like=like)
     total, cp_size, cp_rank = _sizes(owner, total, cp_size, cp_rank, layout, cu_seqlens)
     ns, dev = target(owner, xp, like, device, cu_seqlens,
                      cp_rank if is_array(cp_rank) else None)
-    dt = cu_seqlens.dtype if cu_seqlens is not None else index_dtype(ns, dev)
+    # computed in the index dtype (torch gathers with int32/int64 only; int8 would wrap), given
+    # back in cu_seqlens's
+    dt = index_dtype(ns, dev)
+    out = cu_seqlens.dtype if cu_seqlens is not None else dt
     local = total // cp_size
     u = ns.arange(local, dtype=dt, device=dev)
     r = ns.astype(cp_rank, dt) if is_array(cp_rank) else cp_rank
     if layout == "contiguous":
-        return u + r * local
+        return ns.astype(u + r * local, out, copy=False)
     if cu_seqlens is None:
         return u + (local // 2) * _chunk_of(ns, u < local // 2, r, cp_size, dt)
-    cu_local = cu_seqlens // cp_size  # the rank's own cu_seqlens (TE divides likewise)
+    cu = ns.astype(cu_seqlens, dt, copy=False)
+    cu_local = cu // cp_size  # the rank's own cu_seqlens (TE divides likewise)
     j = ns.astype(ns.searchsorted(cu_local, u, side="right"), dt) - 1
     start = ns.take(cu_local, j)
-    last = ns.asarray(cu_seqlens.shape[0] - 1, dtype=dt, device=dev)
+    last = ns.asarray(cu.shape[0] - 1, dtype=dt, device=dev)
     c = (ns.take(cu_local, ns.minimum(j + 1, last)) - start) // 2
     v = u - start
-    return ns.take(cu_seqlens, j) + v + c * _chunk_of(ns, v < c, r, cp_size, dt)
+    return ns.astype(ns.take(cu, j) + v + c * _chunk_of(ns, v < c, r, cp_size, dt), out,
+                     copy=False)
 
 
 def _chunk_of(ns: Any, first: Any, r: Any, cp_size: int, dt: Any) -> Any:

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ._checks import count, index_dtype, integer_array, is_array, namespace
+from ._checks import count, in_range, index_dtype, integer_array, is_array, namespace, one_framework
 from ._checks import cu_seqlens as _checked_cu
 from ._checks import device_of as _device
 
@@ -31,12 +31,20 @@ __all__ = ["pack_ids", "packed_bias", "packed_mask", "packed_positions",
            "positions_from_sequence_ids", "sequence_ids"]
 
 
-def _tokens(owner: str, xp: Any, cu: Any, total: int, index: Any) -> Any:
-    """The global token indices asked for: ``index`` (cast to ``cu``'s dtype) or all of them."""
+def _wide(owner: str, cu: Any, total: Any, index: Any) -> tuple[Any, Any, Any, int]:
+    """``(xp, cu, t, total)``: checked ``cu_seqlens`` and the token indices asked for (``index``, each
+    in ``[0, total)``, or all of them), both in the namespace's index dtype (int64; int32 for
+    JAX without x64): any integer ``cu_seqlens`` is accepted (int8/uint8 too, which torch cannot
+    gather with, and whose arithmetic would wrap); results are cast back to its dtype."""
+    one_framework(owner, cu_seqlens=cu, index=index)
+    xp, n = _checked_cu(owner, cu, total)
+    dt = index_dtype(xp, _device(cu))
+    wide = xp.astype(cu, dt, copy=False)
     if index is None:
-        return xp.arange(total, dtype=cu.dtype, device=_device(cu))
+        return xp, wide, xp.arange(n, dtype=dt, device=_device(cu)), n
     integer_array(owner, "index", index)
-    return xp.astype(index, cu.dtype)
+    in_range(owner, "index", index, 0, n)
+    return xp, wide, xp.astype(index, dt, copy=False), n
 
 
 def _seq_of(xp: Any, cu: Any, t: Any) -> Any:
@@ -55,8 +63,8 @@ def sequence_ids(cu_seqlens: Any, total: int | None = None, *, index: Any = None
     :returns: an array of ``cu_seqlens``'s dtype, namespace and device, shape ``(total,)`` or
         ``index.shape``.
     """
-    xp, n = _checked_cu("sequence_ids", cu_seqlens, total)
-    return _seq_of(xp, cu_seqlens, _tokens("sequence_ids", xp, cu_seqlens, n, index))
+    xp, cu, t, _ = _wide("sequence_ids", cu_seqlens, total, index)
+    return xp.astype(_seq_of(xp, cu, t), cu_seqlens.dtype, copy=False)
 
 
 def packed_positions(cu_seqlens: Any, total: int | None = None, *, index: Any = None) -> Any:
@@ -75,9 +83,8 @@ def packed_positions(cu_seqlens: Any, total: int | None = None, *, index: Any = 
         :func:`~peregistry.parallel.shard_tokens`); default: all ``total`` tokens.
     :returns: ``cu_seqlens``'s dtype, namespace and device; shape ``(total,)`` or ``index.shape``.
     """
-    xp, n = _checked_cu("packed_positions", cu_seqlens, total)
-    t = _tokens("packed_positions", xp, cu_seqlens, n, index)
-    return t - xp.take(cu_seqlens, _seq_of(xp, cu_seqlens, t))
+    xp, cu, t, _ = _wide("packed_positions", cu_seqlens, total, index)
+    return xp.astype(t - xp.take(cu, _seq_of(xp, cu, t)), cu_seqlens.dtype, copy=False)
 
 
 def positions_from_sequence_ids(seq_ids: Any) -> Any:
@@ -113,10 +120,9 @@ def packed_mask(cu_seqlens: Any, total: int | None = None, *, index: Any = None,
     """
     if not isinstance(causal, bool):
         raise TypeError(f"packed_mask: causal must be a bool, got {causal!r}")
-    xp, n = _checked_cu("packed_mask", cu_seqlens, total)
-    k = xp.arange(n, dtype=cu_seqlens.dtype, device=_device(cu_seqlens))
-    q = k if index is None else _tokens("packed_mask", xp, cu_seqlens, n, index)
-    same = _seq_of(xp, cu_seqlens, q)[:, None] == _seq_of(xp, cu_seqlens, k)[None, :]
+    xp, cu, q, n = _wide("packed_mask", cu_seqlens, total, index)
+    k = q if index is None else xp.arange(n, dtype=cu.dtype, device=_device(cu))
+    same = _seq_of(xp, cu, q)[:, None] == _seq_of(xp, cu, k)[None, :]
     return xp.logical_and(same, k[None, :] <= q[:, None]) if causal else same
 
 
@@ -153,6 +159,7 @@ def pack_ids(ids: Sequence[Any], *, axis: int = -1) -> tuple[Any, Any]:
     if not all(is_array(a) for a in ids):
         raise TypeError("pack_ids: every entry of ids must be an array, got "
                         f"{[type(a).__name__ for a in ids]}")
+    one_framework("pack_ids", **{f"ids[{i}]": a for i, a in enumerate(ids)})
     xp = namespace("pack_ids", "ids[0]", ids[0])
     lengths = [0]
     for a in ids:
