@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._compile_warnings import reissue, run_compiled
 from ._core import Case, CheckFailure, check
 from ._drivers import case_params, invoke, reference, sample, to_backend
 from ._numerics import max_err as _max_err
@@ -133,12 +134,13 @@ def check_jit(case: Case) -> None:
     compiled = case.backend.jit(fn)
     assert compiled is not None
     try:
-        got = compiled(arrays, params)
+        got, faults = run_compiled(lambda: compiled(arrays, params))
     except Exception as exc:
         raise CheckFailure(
             f"{case.backend.name} jit raised {type(exc).__name__}: {str(exc)[:500]}, but should "
             f"compile"
         ) from exc
+    reissue(faults)  # the caller's filters judge them; a compiler's notice is not passed on
     want = case.to_numpy(fn(arrays, params))
     got_np = case.to_numpy(got)
     tol = case.tolerance(name, steps=64, scale=max(1.0, float(abs(want).max())))
