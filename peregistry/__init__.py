@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._attention_mask import positions_from_attention_mask
 from ._hooks import hookimpl, hookspec
 from ._options import Option
 from .encoders.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
@@ -43,6 +44,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "list_encoders",
+    "positions_from_attention_mask",
     "register",
     "unregister",
 ]

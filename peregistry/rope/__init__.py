@@ -43,6 +43,7 @@ from ._funcs import (
 )
 from ._kernel import kernel_isa, kernel_status
 from ._tables import clear_caches, set_table_cache_bytes, table_cache_bytes
+from ._weights import permute_for_layout
 from .encoder import RotaryEncoder
 from .scaled import MultiAxisRotary, ScaledRotary, ScalingState
 
@@ -65,6 +66,7 @@ __all__ = [
     "inv_freq",
     "kernel_isa",
     "kernel_status",
+    "permute_for_layout",
     "rotate_every_two",
     "rotate_features",
     "rotate_half",
