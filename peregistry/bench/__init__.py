@@ -43,6 +43,7 @@ from ._hand import (
     hand_t5,
     hand_transformer_xl,
 )
+from ._hf import bench_hf_llama_patched
 from ._timing import (
     FRAMEWORKS,
     BenchRow,
@@ -53,6 +54,8 @@ from ._timing import (
     stderr_if_tty,
     time_interleaved,
 )
+
+BENCHMARKS["hf-llama-patched"] = bench_hf_llama_patched  # torch only; needs transformers
 
 __all__ = ["BENCHMARKS", "FRAMEWORKS", "Bench", "BenchRow", "BenchSkipped", "Case", "Progress",
            "format_bench_table", "hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope",
