@@ -20,8 +20,8 @@ from typing import Any
 
 from flax import nnx
 
+from ._resolve import encoder_from
 from .encoders.base import Encoder as _Encoder
-from .registry import default_registry
 
 __all__ = ["Encoder"]
 
@@ -42,16 +42,7 @@ class Encoder(nnx.Module):  # type: ignore[misc,unused-ignore]  # Any where flax
         import jax
         import jax.numpy as jnp
 
-        if isinstance(encoder, str):
-            enc = default_registry.get_encoder(encoder, **options)
-        elif isinstance(encoder, _Encoder):
-            if options:
-                raise TypeError(f"peregistry.flax.Encoder: options {sorted(options)} go with "
-                                f"an encoder name, not an encoder object ({encoder!r})")
-            enc = encoder
-        else:
-            raise TypeError(f"peregistry.flax.Encoder: encoder must be a registered name or a "
-                            f"peregistry encoder, got {type(encoder).__name__}")
+        enc = encoder_from("peregistry.flax.Encoder", encoder, options)
         self.encoder = enc
         shapes = enc.param_shapes() if enc.learned else {}
         self._names = tuple(shapes)

@@ -21,29 +21,9 @@ from typing import Any
 
 import keras
 
-from .encoders.base import Encoder as _Encoder
-from .registry import default_registry
+from ._resolve import encoder_from
 
 __all__ = ["PositionEmbedding", "RelativeBias", "RotaryEmbedding"]
-
-
-def _encoder(owner: str, encoder: Any, options: Mapping[str, Any], kind: str) -> _Encoder:
-    if isinstance(encoder, str):
-        # a config read back from JSON holds lists where the options had tuples
-        enc = default_registry.get_encoder(encoder, **{
-            k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
-    elif isinstance(encoder, _Encoder):
-        if options:
-            raise TypeError(f"{owner}: options {sorted(options)} go with an encoder name, not "
-                            f"an encoder object ({encoder!r})")
-        enc = encoder
-    else:
-        raise TypeError(f"{owner}: encoder must be a registered name or a peregistry encoder, "
-                        f"got {type(encoder).__name__}")
-    if enc.kind != kind:
-        raise TypeError(f"{owner}: needs an encoder of kind {kind!r}, got {enc.name!r} of kind "
-                        f"{enc.kind!r}")
-    return enc
 
 
 class _EncoderLayer(keras.layers.Layer):  # type: ignore[misc,unused-ignore]  # Any without keras
@@ -53,7 +33,7 @@ class _EncoderLayer(keras.layers.Layer):  # type: ignore[misc,unused-ignore]  # 
 
     def __init__(self, encoder: Any, options: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.encoder = _encoder(type(self).__name__, encoder, options, self._kind)
+        self.encoder = encoder_from(type(self).__name__, encoder, options, self._kind)
         shapes = self.encoder.param_shapes() if self.encoder.learned else {}
         self._tables = {
             key: self.add_weight(shape=shape, name=key, initializer=keras.initializers.RandomNormal(

@@ -118,14 +118,3 @@ def test_bad_arguments_are_named() -> None:
         Encoder(enc, params={"table": jnp.zeros((8, 8))})
     with pytest.raises(TypeError, match="rotary has no parameters"):
         Encoder("rotary", dim=8, params={"table": jnp.zeros(1)})
-
-
-def test_import_peregistry_imports_no_flax() -> None:
-    import subprocess
-    import sys
-
-    code = ("import sys, peregistry, peregistry.integrations\n"
-            "print([m for m in ('flax', 'jax', 'torch', 'transformers') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
-    assert out.stdout.strip() == "[]"

@@ -22,7 +22,7 @@ from peregistry import _hooks
 from peregistry._entry_points import entry_points
 from peregistry._loading import PluginManager
 
-FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict")
+FRAMEWORKS = ("numpy", "torch", "jax", "array_api_strict", "transformers", "flax", "keras")
 #: Modules that peregistry's startup need not import: importlib.metadata (and email, zipfile
 #: behind it) for the entry points of the usual layout; json (command-line option parsing) and
 #: difflib (close-match hints in errors) until used.
@@ -174,7 +174,8 @@ def test_plugin_manager_registers_the_same_hooks() -> None:
 
 
 @pytest.mark.parametrize("snippet", ["import peregistry", "import peregistry.plugin",
-                                     "import peregistry.rope"])
+                                     "import peregistry.rope",
+                                     "import peregistry.integrations.transformers"])
 def test_public_modules_import_no_framework(snippet: str) -> None:
     got = fresh(f"import sys, json; {snippet}\n"
                 f"print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))")

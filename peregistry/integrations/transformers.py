@@ -73,11 +73,11 @@ def _tables(enc: Any) -> dict[str, Any]:
 
 
 def _matches(theirs: Any, ours: Any) -> bool:
-
+    """Equal within the float32 drift of the module's angles (about eps32 · position)."""
     if theirs.shape != ours.shape:
         return False
     scale = max(1.0, float(theirs.abs().max()))
-    return bool((theirs.double() - ours.double()).abs().max() <= 64 * _PROBE * 1.2e-7 * scale)
+    return bool((theirs.double() - ours.double()).abs().max() <= 64 * _PROBE * 2.0**-23 * scale)
 
 
 def _rotary_forward(module: Any, config: Any, model_type: str) -> Callable[..., Any]:
