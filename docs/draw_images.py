@@ -67,6 +67,11 @@ IMAGES: list[DocImage] = [
 ]
 
 
+#: Pictures of recorded study results: file name → the tracked JSON it is drawn from (the
+#: study itself needs torch and minutes; its output is the record, the picture is drawn here).
+STUDY_IMAGES: dict[str, str] = {"extrapolation.png": "extrapolation.json"}
+
+
 def draw(out_dir: Path, images: list[DocImage] = IMAGES) -> list[Path]:
     """Draw ``images`` into ``out_dir``; return the written paths."""
     import matplotlib
@@ -92,6 +97,27 @@ def draw(out_dir: Path, images: list[DocImage] = IMAGES) -> list[Path]:
             finally:
                 plt.close(fig)
             written.append(path)
+        written += _draw_studies(out_dir)
+    return written
+
+
+def _draw_studies(out_dir: Path) -> list[Path]:
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from peregistry.study import ExtrapolationResult
+    from peregistry.study.plot import figure
+
+    written = []
+    for name, record in STUDY_IMAGES.items():
+        result = ExtrapolationResult.from_dict(json.loads((DOCS / record).read_text()))
+        fig = figure(result)
+        try:
+            fig.savefig(out_dir / name, dpi=110, metadata={"Software": None})
+        finally:
+            plt.close(fig)
+        written.append(out_dir / name)
     return written
 
 
@@ -153,7 +179,7 @@ def check(images_dir: Path = IMAGES_DIR, images: list[DocImage] = IMAGES) -> lis
                 problems.append(f"{_show(tracked)}: missing")
             elif (why := _difference(tracked, drawn)) is not None:
                 problems.append(f"{_show(tracked)}: stale, {why}")
-    names = {image.file for image in images}
+    names = {image.file for image in images} | set(STUDY_IMAGES)
     for extra in sorted(images_dir.glob("*.png")):
         if extra.name not in names:
             problems.append(f"{_show(extra)}: not drawn by docs/draw_images.py "
@@ -173,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print(_redraw_hint(), file=sys.stderr)
             return 1
-        print(f"{len(IMAGES)} images in {_show(IMAGES_DIR)}/ are current")
+        print(f"{len(IMAGES) + len(STUDY_IMAGES)} images in {_show(IMAGES_DIR)}/ are current")
         return 0
     import matplotlib
 

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import _bench, _check, _list, _plot, _show
+from . import _bench, _check, _list, _plot, _show, _study
 from ._core import PROG, Command, Parser, UsageError, add_encoder_flags
 
 if TYPE_CHECKING:
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 #: The commands, in the order ``peregistry --help`` lists them.
 COMMANDS: dict[str, Command] = {c.name: c for c in (_list.COMMAND, _show.COMMAND, _check.COMMAND,
-                                                     _plot.COMMAND, _bench.COMMAND)}
+                                                     _plot.COMMAND, _bench.COMMAND,
+                                                     _study.COMMAND)}
 
 
 def build_parser(encoder_class: type[Encoder] | None = None, *,

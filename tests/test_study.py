@@ -1,0 +1,151 @@
+"""``peregistry study extrapolation`` (issue 32): it completes, its output has the promised
+structure, the same call gives the same numbers, a plugin's encoder runs unchanged, and each
+kind enters the model its own way (relative kinds see only position differences). Nothing
+here asserts an accuracy: those are noisy outcomes, reported in docs/extrapolation.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import BACKENDS
+
+if "torch" not in BACKENDS:
+    pytest.skip("torch not selected (PEREGISTRY_BACKENDS)", allow_module_level=True)
+torch = pytest.importorskip("torch")
+
+import peregistry as per  # noqa: E402
+from peregistry.cli import main  # noqa: E402
+from peregistry.plugin import Ctx, Frequencies, cos_sin  # noqa: E402
+from peregistry.study import (  # noqa: E402
+    SCALINGS,
+    TASKS,
+    ExtrapolationResult,
+    Settings,
+    extrapolation,
+)
+from peregistry.study._model import TinyDecoder  # noqa: E402
+from peregistry.study._run import encoders  # noqa: E402
+from peregistry.study._tasks import VOCAB, batch  # noqa: E402
+
+TINY = Settings(train_length=4, steps=3, seeds=(0, 1), batch=4, eval_batch=4)
+
+
+def test_quick_run_completes_with_every_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", "extrapolation", "--quick", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lengths"] == [8, 16, 32, 64] and out["tasks"] == list(TASKS)
+    assert set(out["skipped"]) == {"mrope", "learned-2d"}
+    names = {"nope", "sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "shaw",
+             "transformer-xl", *(f"rotary+{s}" for s in SCALINGS)}
+    rows = {(r["encoder"], r["task"]): r for r in out["rows"]}
+    assert set(rows) == {(n, t) for n in names for t in TASKS}
+    for r in rows.values():
+        for n in map(str, out["lengths"]):
+            assert len(r["accuracy"][n]) == 1 and 0.0 <= r["accuracy"][n][0] <= 1.0
+            assert r["mean"][n] == r["accuracy"][n][0] and r["spread"][n] == 0.0
+    # the scalings leave the training length alone: the same model, the same numbers
+    for t in TASKS:
+        for s in SCALINGS:
+            assert rows[(f"rotary+{s}", t)]["accuracy"]["8"] == rows[("rotary", t)]["accuracy"]["8"]
+
+
+def test_the_same_call_gives_the_same_numbers() -> None:
+    first = extrapolation(["rotary", "learned", "nope"], settings=TINY).as_dict()
+    again = extrapolation(["rotary", "learned", "nope"], settings=TINY).as_dict()
+    assert first == again
+    assert ExtrapolationResult.from_dict(first).as_dict() == first  # the JSON reads back
+    randomized = dataclasses.replace(TINY, randomized=True)
+    assert extrapolation(["rotary"], settings=randomized).as_dict() == \
+        extrapolation(["rotary"], settings=randomized).as_dict()
+    # the model and the data follow the seed: another seed trains another model
+    one = dataclasses.replace(TINY, seeds=(0,))
+    model_params = []
+    for seed in (0, 5):
+        torch.manual_seed(seed)
+        model_params.append(TinyDecoder(VOCAB, None, seed).head.weight.clone())
+    assert not torch.equal(*model_params)
+    assert extrapolation(["nope"], settings=one).as_dict() == \
+        extrapolation(["nope"], settings=one).as_dict()
+
+
+class StudyRope(per.RotaryEncoder):
+    """A third-party rotary encoder: the study knows nothing of it."""
+
+    name = "test-study-rope"
+    __slots__ = ()
+    dim = per.Option(int, allowed="a positive even integer", check=lambda d: d > 0 and d % 2 == 0,
+                     example=8)
+
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> Any:
+        freqs = Frequencies.from_omega(500.0 ** (-2 * i / self.dim) for i in range(self.dim // 2))
+        return cos_sin(positions, freqs, ctx=ctx)
+
+
+class GridOnly(per.AbsoluteEncoder):
+    """A plugin encoder that takes 2-D grid positions only: it cannot enter a causal model."""
+
+    name = "test-study-grid"
+    __slots__ = ()
+    dim = per.Option(int, example=8)
+
+    def _encode(self, positions: Any, *, params: Any, ctx: Ctx) -> Any:
+        raise ValueError("positions must be (2, ...) grid coordinates")
+
+
+class _Plugin:
+    @per.hookimpl
+    def peregistry_encoders(self) -> list[type[per.Encoder]]:
+        return [StudyRope, GridOnly]
+
+
+def test_a_plugin_encoder_runs_unchanged() -> None:
+    name = per.register(_Plugin(), name="test-study-plugin")
+    try:
+        result = extrapolation([StudyRope.name, GridOnly.name, "nope"], settings=TINY)
+        assert {r.encoder for r in result.rows} == {StudyRope.name, "nope"}
+        assert "grid coordinates" in result.skipped[GridOnly.name]
+        ((_, enc),), _ = encoders([StudyRope.name], TINY)
+        assert enc.options["dim"] == 16  # the model's head width, not the example's 8
+    finally:
+        per.unregister(name)
+
+
+@pytest.mark.parametrize("name", ["nope", "rotary", "xpos", "alibi", "t5", "shaw",
+                                  "transformer-xl", "sinusoidal", "learned"])
+def test_each_kind_enters_the_model_its_way(name: str) -> None:
+    """Relative kinds see position differences only: shifting every position by 7 leaves the
+    logits; absolute ones change them."""
+    (_, enc), = encoders([name], Settings())[0]
+    torch.manual_seed(0)
+    model = TinyDecoder(VOCAB, enc, seed=0).eval()
+    ids, _, _ = batch("copy", 8, 2, torch.Generator().manual_seed(0))
+    pos = torch.arange(ids.shape[1])
+    with torch.no_grad():
+        a, b = model(ids, pos), model(ids, pos + 7)
+    shifted = float((a - b).abs().max())
+    if enc is not None and enc.kind == "absolute":
+        assert shifted > 1e-3
+    else:
+        assert shifted <= 1e-4 * float(a.abs().max()), name
+
+
+def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", "extrapolation", "--encoders", "no-such-encoder", "--quick"]) == 2
+    assert "no-such-encoder" in capsys.readouterr().err
+    assert main(["study", "extrapolation", "--seeds", "0"]) == 2
+    assert main(["study", "interpolation"]) == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                    reason="matplotlib draws the plot (installed in the docs env)")
+def test_plot(tmp_path: Path) -> None:
+    from peregistry.study.plot import plot_extrapolation
+
+    path = tmp_path / "study.png"
+    plot_extrapolation(extrapolation(["rotary", "nope"], settings=TINY), path)
+    assert path.stat().st_size > 1000
