@@ -72,8 +72,9 @@ IMAGES: list[DocImage] = [
 STUDY_IMAGES: dict[str, str] = {"extrapolation.png": "extrapolation.json"}
 
 
-def draw(out_dir: Path, images: list[DocImage] = IMAGES) -> list[Path]:
-    """Draw ``images`` into ``out_dir``; return the written paths."""
+def draw(out_dir: Path, images: list[DocImage] = IMAGES,
+         studies: dict[str, str] = STUDY_IMAGES) -> list[Path]:
+    """Draw ``images`` and ``studies`` into ``out_dir``; return the written paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,11 +98,11 @@ def draw(out_dir: Path, images: list[DocImage] = IMAGES) -> list[Path]:
             finally:
                 plt.close(fig)
             written.append(path)
-        written += _draw_studies(out_dir)
+        written += _draw_studies(out_dir, studies)
     return written
 
 
-def _draw_studies(out_dir: Path) -> list[Path]:
+def _draw_studies(out_dir: Path, studies: dict[str, str]) -> list[Path]:
     import json
 
     import matplotlib.pyplot as plt
@@ -110,7 +111,7 @@ def _draw_studies(out_dir: Path) -> list[Path]:
     from peregistry.study.plot import figure
 
     written = []
-    for name, record in STUDY_IMAGES.items():
+    for name, record in studies.items():
         result = ExtrapolationResult.from_dict(json.loads((DOCS / record).read_text()))
         fig = figure(result)
         try:
@@ -168,18 +169,19 @@ def _redraw_hint() -> str:
     return f"redraw with `{python} {_show(Path(__file__).resolve())}`{with_pin} and commit {_show(IMAGES_DIR)}/"
 
 
-def check(images_dir: Path = IMAGES_DIR, images: list[DocImage] = IMAGES) -> list[str]:
+def check(images_dir: Path = IMAGES_DIR, images: list[DocImage] = IMAGES,
+          studies: dict[str, str] = STUDY_IMAGES) -> list[str]:
     """Redraw ``images`` into a temporary directory: one message per tracked image that is
     stale or missing, and per PNG in ``images_dir`` that no entry draws (empty: all current)."""
     problems = []
     with tempfile.TemporaryDirectory(prefix="peregistry-doc-images-") as tmp:
-        for drawn in draw(Path(tmp), images):
+        for drawn in draw(Path(tmp), images, studies):
             tracked = images_dir / drawn.name
             if not tracked.is_file():
                 problems.append(f"{_show(tracked)}: missing")
             elif (why := _difference(tracked, drawn)) is not None:
                 problems.append(f"{_show(tracked)}: stale, {why}")
-    names = {image.file for image in images} | set(STUDY_IMAGES)
+    names = {image.file for image in images} | set(studies)
     for extra in sorted(images_dir.glob("*.png")):
         if extra.name not in names:
             problems.append(f"{_show(extra)}: not drawn by docs/draw_images.py "

@@ -24,6 +24,8 @@ CASES = [
     ("alibi", {"num_heads": 6}),
     ("shaw", {"max_distance": 4, "dim": 5}),
     ("transformer-xl", {"dim": 8}),
+    ("kerple", {"num_heads": 4}),
+    ("kerple", {"num_heads": 3, "variant": "power"}),
 ]
 
 

@@ -199,7 +199,8 @@ def _draw_images_module() -> Any:
 
 
 def test_doc_images_are_drawn_by_the_script_and_each_shown_on_a_page() -> None:
-    drawn = {image.file for image in _draw_images_module().IMAGES}
+    module = _draw_images_module()
+    drawn = {image.file for image in module.IMAGES} | set(module.STUDY_IMAGES)
     images_dir = ROOT / "docs" / "images"
     on_disk = {p.name for p in images_dir.glob("*.png")}
     assert on_disk == drawn, (f"docs/images/ has {sorted(on_disk - drawn)} that docs/draw_images.py does "
@@ -245,17 +246,17 @@ def test_draw_images_check_names_stale_missing_and_extra_images(tmp_path: Path) 
 
     draw_images = _draw_images_module()
     images = [image for image in draw_images.IMAGES if image.file == "rotary_angles.png"]
-    (path,) = draw_images.draw(tmp_path, images)
-    assert draw_images.check(tmp_path, images) == []              # a redraw gives the same pixels
+    (path,) = draw_images.draw(tmp_path, images, {})
+    assert draw_images.check(tmp_path, images, {}) == []              # a redraw gives the same pixels
     with Image.open(path) as im:
         pixels = np.array(im.convert("RGBA"))
     pixels[0, 0] = 255 - pixels[0, 0]
     Image.fromarray(pixels).save(path)
     (tmp_path / "old.png").write_bytes(b"")
-    problems = draw_images.check(tmp_path, images)
+    problems = draw_images.check(tmp_path, images, {})
     assert problems[0].endswith(f"/rotary_angles.png: stale, 1 of {pixels.shape[0] * pixels.shape[1]} pixels "
                                 "differ from what the code draws"), problems
     assert problems[1].endswith("/old.png: not drawn by docs/draw_images.py (add it to IMAGES or delete it)")
     assert len(problems) == 2, problems
     path.unlink()
-    assert draw_images.check(tmp_path, images)[0].endswith("/rotary_angles.png: missing")
+    assert draw_images.check(tmp_path, images, {})[0].endswith("/rotary_angles.png: missing")

@@ -341,4 +341,6 @@ def _int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
 
 @hookimpl
 def peregistry_encoders() -> list[type[Encoder]]:
-    return [T5Bias, ALiBi, Shaw, TransformerXL]
+    from .kerple import Kerple
+
+    return [T5Bias, ALiBi, Shaw, TransformerXL, Kerple]
