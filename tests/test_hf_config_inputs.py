@@ -282,3 +282,17 @@ def test_per_layer_overrides_read_only_the_listed_layers() -> None:
     with pytest.raises(ConfigError, match="differ in per_layer_config"):
         opts(config)
     assert time.perf_counter() - start < 5.0
+
+
+def test_rope_scaling_layers_choose_the_scaled_layers() -> None:
+    """Molmo2: only the layers in rope_scaling_layers apply the scaling; the others keep the
+    theta with the default rope type (its Molmo2RotaryEmbedding(scaled=False))."""
+    molmo = {"model_type": "molmo2_text", "head_dim": 16, "num_hidden_layers": 3,
+             "rope_scaling_layers": [0, 2],
+             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e4}}
+    assert opts(molmo, layer_type=0)["scaling"] == {"type": "linear", "factor": 2.0}
+    unscaled = opts(molmo, layer_type=1)
+    assert (unscaled["scaling"], unscaled["theta"]) == (None, 5e4)
+    with pytest.raises(ConfigError, match=r"rope_scaling_layers \[0, 2\] apply the scaling"):
+        opts(molmo)
+    assert opts({**molmo, "rope_scaling_layers": [0, 1, 2]})["scaling"]["factor"] == 2.0

@@ -191,7 +191,7 @@ def test_unsupported_model_names_its_type() -> None:
     model = transformers.GPT2LMHeadModel(config)
     with pytest.raises(ValueError, match="model type 'gpt2' has no positional encoding"):
         patch(model)
-    assert not hasattr(model, "_peregistry_undo")
+    assert not hasattr(model, "_peregistry_patched")
 
 
 def test_tables_that_differ_are_refused_and_nothing_is_patched() -> None:
@@ -199,7 +199,7 @@ def test_tables_that_differ_are_refused_and_nothing_is_patched() -> None:
     model.config.rope_parameters["rope_theta"] = 1234.0  # the module was built with 10000
     with pytest.raises(ValueError, match="model type 'qwen2'.*does not reproduce; not patched"):
         patch(model)
-    assert not _replaced(model) and not hasattr(model, "_peregistry_undo")
+    assert not _replaced(model) and not hasattr(model, "_peregistry_patched")
 
 
 
@@ -213,3 +213,59 @@ def test_bench_row(capsys: pytest.CaptureFixture[str]) -> None:
                      if line.startswith("hf-llama-patched") and " torch " in line)
     assert torch_row[-1].endswith("x") and torch_row[-2].endswith("x"), torch_row
     assert "skipped hf-llama-patched on numpy: a transformers model runs on torch" in out
+
+
+def test_a_copy_of_a_patched_model_unpatches_itself_only() -> None:
+    import copy
+
+    model = patch(causal("llama"))
+    twin = copy.deepcopy(model)
+    assert _replaced(twin)
+    unpatch(twin)
+    assert not _replaced(twin) and _replaced(model)
+    unpatch(model)
+    assert not _replaced(model)
+    batch = inputs("llama")
+    assert torch.equal(logits(model, "llama", batch), logits(twin, "llama", batch))
+
+
+def test_a_model_cast_before_patching_is_refused_with_the_reason() -> None:
+    model = causal("llama").to(torch.bfloat16)  # casts inv_freq too
+    with pytest.raises(ValueError, match="buffers are torch.bfloat16.*patch the model before "
+                                         "casting it"):
+        patch(model)
+    cast_after = patch(causal("llama")).to(torch.bfloat16)  # the documented order
+    batch = inputs("llama")
+    own = logits(unpatch(causal("llama")).to(torch.bfloat16), "llama", batch)
+    got = logits(cast_after, "llama", batch)
+    assert got.dtype == torch.bfloat16
+    assert float((got.float() - own.float()).abs().max()) <= 0.1 * float(own.abs().max())
+
+
+def test_only_modules_that_take_position_ids_are_patched() -> None:
+    class TimeRotaryEmbedding(torch.nn.Module):  # an audio tower's, by its signature
+        def forward(self, timestamps: Any, seq_len: int) -> Any:
+            return timestamps
+
+    model = causal("qwen2")
+    model.time_rotary = TimeRotaryEmbedding()
+    patch(model)
+    assert _replaced(model) == ["model.rotary_emb.forward"]
+
+
+def test_one_module_per_kind_of_layer_is_matched_to_its_encoder() -> None:
+    """Molmo2: a scaled and an unscaled rotary module, chosen per layer by
+    rope_scaling_layers; each gets the encoder whose tables it gives."""
+    config = transformers.Molmo2TextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128, rope_scaling_layers=[0],
+        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4})
+    torch.manual_seed(0)
+    model = transformers.Molmo2TextModel(config).eval()
+    ids = torch.randint(1, 128, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+        patch(model)
+        got = model(ids).last_hidden_state
+    assert len(_replaced(model)) == 2
+    assert float((got - want).abs().max()) <= 32 * EPS32 * max(1.0, float(want.abs().max()))

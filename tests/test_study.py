@@ -40,7 +40,7 @@ def test_quick_run_completes_with_every_row(capsys: pytest.CaptureFixture[str]) 
     out = json.loads(capsys.readouterr().out)
     assert out["lengths"] == [8, 16, 32, 64] and out["tasks"] == list(TASKS)
     assert set(out["skipped"]) == {"mrope", "learned-2d"}
-    names = {"nope", "sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "shaw",
+    names = {"nope", "sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "kerple", "shaw",
              "transformer-xl", *(f"rotary+{s}" for s in SCALINGS)}
     rows = {(r["encoder"], r["task"]): r for r in out["rows"]}
     assert set(rows) == {(n, t) for n in names for t in TASKS}

@@ -125,6 +125,25 @@ class _NoPE:
                 f"{self.interval}: {n:,} of {self.count:,} layers)")
 
 
+def _scaling_layers(text: Mapping[str, Any], count: int | None, where: str) -> set[int] | None:
+    """Molmo2's ``rope_scaling_layers``: the layers whose rotary module applies the scaling
+    (the others use the default rope type with the same theta); None when every layer does."""
+    value = text.get("rope_scaling_layers")
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: rope_scaling_layers must be a list of layer indices, got "
+                          f"{value!r:.80}")
+    layers = {integer(v, f"rope_scaling_layers[{i}]", where, minimum=0)
+              for i, v in enumerate(value)}
+    return None if count is not None and layers >= set(range(count)) else layers
+
+
+def _unscaled(flat: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved")
+    return {"rope_type": "default", **{k: flat[k] for k in keep if k in flat}}
+
+
 def _describe(types: dict[str, Any], layer_types: list[str], nope: _NoPE | None) -> str:
     parts = []
     for t, params in types.items():
@@ -173,6 +192,15 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None, where: str
     flat = _flat(text, where) if by_type is None else None
     types: dict[str, Any] = by_type if by_type is not None else {
         t: flat for t in dict.fromkeys(layer_types)}
+    scaled = _scaling_layers(text, count, where) if by_type is None else None
+    if scaled is not None:
+        if isinstance(layer_type, int) and not (nope and layer_type in nope) and (
+                count is None or 0 <= layer_type < count):
+            return dict(flat or {}) if layer_type in scaled else _unscaled(flat or {})
+        if layer_type is None:
+            raise ConfigError(f"{where}: the layers use different positional encodings: "
+                              f"rope_scaling_layers {summary(sorted(scaled))} apply the "
+                              f"scaling, the others do not; pass a layer index")
     if isinstance(layer_type, int):
         if count is not None and not 0 <= layer_type < count:
             raise ConfigError(f"{where}: layer index {layer_type} is out of range: the model "

@@ -28,11 +28,13 @@ from ..hf_config import ConfigError, NoPositionalEncodingError, from_hf_config
 
 __all__ = ["patch", "patched", "unpatch"]
 
-#: The attribute holding a patched model's undo steps (set by :func:`patch`).
-_UNDO = "_peregistry_undo"
+#: The attribute marking a patched model (set by :func:`patch`).
+_UNDO = "_peregistry_patched"
 #: Positions the check of a rotary module runs (below every scaling's threshold: running a
 #: dynamic module past it would change its state).
 _PROBE = 16
+#: The layers asked for their encoder when a module serves layers that differ.
+_MAX_LAYERS = 1024
 
 
 def _model_type(config: Any) -> str:
@@ -40,22 +42,28 @@ def _model_type(config: Any) -> str:
     return str(getattr(text, "model_type", None) or getattr(config, "model_type", "unknown"))
 
 
-def _encoder(config: Any, layer_type: str | None) -> Any:
-    """``from_hf_config`` for a layer type; a model with NoPE layers but one rotary module takes
-    the settings of its first RoPE layer (they all share the module)."""
-    try:
-        return from_hf_config(config, layer_type=layer_type)
-    except NoPositionalEncodingError:
-        raise
-    except ConfigError as exc:
-        if layer_type is not None or "pass layer_type" not in str(exc):
-            raise
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for i in range(int(getattr(text, "num_hidden_layers", 0) or 0)):
+def _text(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _candidates(config: Any, layer_type: str | None) -> list[Any]:
+    """The encoders ``from_hf_config`` gives for ``layer_type``; for a module that serves every
+    layer (``None``), the distinct encoders of the model's layers: a model may hold one module
+    per kind of layer (Molmo2's scaled and unscaled ones), whose tables say which it is."""
+    if layer_type is not None:
         with contextlib.suppress(NoPositionalEncodingError):
-            return from_hf_config(config, layer_type=i)
-    raise ConfigError(f"model type {_model_type(config)!r}: no layer uses RoPE, yet the model "
-                      f"has a rotary module")
+            return [from_hf_config(config, layer_type=layer_type)]
+        return []
+    found: list[Any] = []
+    with contextlib.suppress(ConfigError):  # the layers differ: ask each of them below
+        found.append(from_hf_config(config))
+    count = int(getattr(_text(config), "num_hidden_layers", 0) or 0)
+    for i in range(min(count, _MAX_LAYERS)) if not found else ():
+        with contextlib.suppress(NoPositionalEncodingError):
+            enc = from_hf_config(config, layer_type=i)
+            if enc not in found:
+                found.append(enc)
+    return found
 
 
 def _tables(enc: Any) -> dict[str, Any]:
@@ -80,44 +88,72 @@ def _matches(theirs: Any, ours: Any) -> bool:
     return bool((theirs.double() - ours.double()).abs().max() <= 64 * _PROBE * 2.0**-23 * scale)
 
 
+def _probe(module: Any, takes_type: bool, kind: str | None, mrope: bool, model_type: str) -> Any:
+    """The module's own output on the probe positions."""
+    import torch
+
+    buffer = next(iter(module.buffers()), None)
+    device = buffer.device if buffer is not None else torch.device("cpu")
+    pos = torch.arange(_PROBE, device=device)[None]
+    if mrope:
+        pos = torch.stack([pos, pos // 2, pos % 4])  # distinct axes
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros(1, device=device), pos, *([kind] if takes_type else []))
+    except Exception as exc:
+        raise ValueError(f"peregistry.integrations.transformers.patch: model type "
+                         f"{model_type!r}: its {type(module).__name__} does not take "
+                         f"(x, position_ids) as a text rotary module does ({type(exc).__name__}: "
+                         f"{exc}); not patched") from exc
+    return pos, out
+
+
+def _format(enc: Any, pos: Any, out: Any) -> tuple[str, Any] | None:
+    """Which of ``enc``'s table formats the module's output ``out`` is (None: none)."""
+    import torch
+
+    for fmt, candidate in _tables(enc).items():
+        cos, sin = candidate.cos_sin(pos, dtype=torch.float32)
+        if isinstance(out, tuple) and _matches(out[0], cos) and _matches(out[1], sin):
+            return fmt, candidate
+        half = cos.shape[-1] // 2
+        if fmt == "half" and torch.is_tensor(out) and out.is_complex() and _matches(
+                torch.view_as_real(out), torch.stack((cos[..., :half], sin[..., :half]), -1)):
+            return "complex", candidate  # Llama 4's freqs_cis
+    return None
+
+
+def _mismatch(module: Any, model_type: str, kind: str | None, tried: list[Any]) -> ValueError:
+    what = f" (layer type {kind!r})" if kind is not None else ""
+    narrow = sorted({str(b.dtype) for b in module.buffers()
+                     if b.is_floating_point() and b.element_size() < 4})
+    why = (f"; its buffers are {', '.join(narrow)} (model.to(dtype) casts inv_freq, and the "
+           f"module then rounds its frequencies): patch the model before casting it, or load "
+           f"it with from_pretrained(..., dtype=...), which keeps inv_freq float32"
+           if narrow else "")
+    encoders = " or ".join(repr(e) for e in tried)
+    return ValueError(f"peregistry.integrations.transformers.patch: model type "
+                      f"{model_type!r}{what}: its {type(module).__name__} gives tables that "
+                      f"{encoders} (from_hf_config) does not reproduce{why}; not patched")
+
+
 def _rotary_forward(module: Any, config: Any, model_type: str) -> Callable[..., Any]:
     """The replacement ``forward`` of one rotary module, after checking it against the
     module's own output on the probe positions, for every layer type it serves."""
     import torch
 
     takes_type = "layer_type" in inspect.signature(module.forward).parameters
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    kinds: list[str | None] = (sorted(set(getattr(text, "layer_types", None) or ()))
+    kinds: list[str | None] = (sorted(set(getattr(_text(config), "layer_types", None) or ()))
                                if takes_type else [None]) or [None]
     chosen: dict[str | None, tuple[str, Any]] = {}
-    buffer = next(iter(module.buffers()), None)
-    device = buffer.device if buffer is not None else torch.device("cpu")
     for kind in kinds:
-        try:
-            enc = _encoder(config, kind)
-        except NoPositionalEncodingError:
-            continue  # the module is never asked for this layer type
-        pos = torch.arange(_PROBE, device=device)[None]
-        if enc.name == "mrope":
-            pos = torch.stack([pos, pos // 2, pos % 4])  # distinct axes
-        with torch.no_grad():
-            out = module(torch.zeros(1, device=device), pos, *([kind] if takes_type else []))
-        found = None
-        for fmt, candidate in _tables(enc).items():
-            cos, sin = candidate.cos_sin(pos, dtype=torch.float32)
-            if isinstance(out, tuple) and _matches(out[0], cos) and _matches(out[1], sin):
-                found = (fmt, candidate)
-                break
-            half = cos.shape[-1] // 2
-            if fmt == "half" and torch.is_tensor(out) and out.is_complex() and _matches(
-                    torch.view_as_real(out), torch.stack((cos[..., :half], sin[..., :half]), -1)):
-                found = ("complex", candidate)  # Llama 4's freqs_cis
-                break
+        tried = _candidates(config, kind)
+        if not tried:
+            continue  # NoPE: the module is never asked for this layer type
+        pos, out = _probe(module, takes_type, kind, tried[0].name == "mrope", model_type)
+        found = next((f for enc in tried if (f := _format(enc, pos, out)) is not None), None)
         if found is None:
-            what = f" (layer type {kind!r})" if kind is not None else ""
-            raise ValueError(f"peregistry.integrations.transformers.patch: model type "
-                             f"{model_type!r}{what}: its {type(module).__name__} gives tables "
-                             f"that {enc!r} does not reproduce; not patched")
+            raise _mismatch(module, model_type, kind, tried)
         chosen[kind] = found
 
     def forward(self: Any, x: Any, position_ids: Any, layer_type: str | None = None) -> Any:
@@ -188,25 +224,44 @@ def _with_mask(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return args, {**kwargs, "attention_mask": mask}
 
 
-def _bind(module: Any, name: str, function: Callable[..., Any]) -> Callable[[], None]:
-    """Bind ``function`` as ``module.name`` on this instance; the step that restores it."""
-    had = name in module.__dict__
-    before = module.__dict__.get(name)
+#: The attribute of a patched module recording what ``unpatch`` restores: ``{method name:
+#: the instance's own attribute before, or _ABSENT}``, and Bloom's hook id. Kept on the module
+#: itself, so that a ``copy.deepcopy`` of a patched model carries its own.
+_SAVED = "_peregistry_saved"
+_ABSENT = "absent"
+
+
+def _bind(module: Any, name: str, function: Callable[..., Any]) -> None:
+    """Bind ``function`` as ``module.name`` on this instance, remembering what was there."""
+    saved = module.__dict__.setdefault(_SAVED, {})
+    saved[name] = module.__dict__.get(name, _ABSENT)
     setattr(module, name, types.MethodType(function, module))
 
-    def undo() -> None:
-        if had:
-            setattr(module, name, before)
-        else:
-            delattr(module, name)
 
-    return undo
+def _restore(module: Any) -> None:
+    saved = module.__dict__.pop(_SAVED)
+    for name, before in saved.items():
+        if name == "_hook":
+            module._forward_pre_hooks.pop(before, None)
+            module._forward_pre_hooks_with_kwargs.pop(before, None)
+        elif isinstance(before, str) and before == _ABSENT:
+            module.__dict__.pop(name, None)
+        else:
+            setattr(module, name, before)
 
 
 def _is_text_rotary(name: str, module: Any) -> bool:
+    """A text rotary module: a ``*RotaryEmbedding`` whose ``forward`` takes ``position_ids``
+    (audio and vision ones take timestamps or grids), not named for another modality."""
     cls = type(module).__name__
-    return cls.endswith("RotaryEmbedding") and not any(
-        word in cls or word in name for word in ("Vision", "vision", "Audio", "audio", "visual"))
+    if not cls.endswith("RotaryEmbedding") or any(
+            word in cls or word in name for word in ("Vision", "vision", "Audio", "audio",
+                                                     "visual")):
+        return False
+    try:
+        return "position_ids" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def patch(model: Any) -> Any:
@@ -217,42 +272,46 @@ def patch(model: Any) -> Any:
         relative bias or Bloom ALiBi), naming its ``model_type``; or a rotary module's tables
         differ from ``from_hf_config(model.config)``'s (nothing is patched then).
     """
-    if getattr(model, _UNDO, None) is not None:
+    if getattr(model, _UNDO, False):
         return model
     config = model.config
     model_type = _model_type(config)
-    undo: list[Callable[[], None]] = []
+    patched_modules: list[Any] = []
     try:
         for name, module in model.named_modules():
             if _is_text_rotary(name, module):
-                undo.append(_bind(module, "forward", _rotary_forward(module, config, model_type)))
+                _bind(module, "forward", _rotary_forward(module, config, model_type))
             elif getattr(module, "has_relative_attention_bias", False) and hasattr(
                     module, "compute_bias"):
-                undo.append(_bind(module, "compute_bias", _t5_compute_bias(module, config)))
+                _bind(module, "compute_bias", _t5_compute_bias(module, config))
             elif hasattr(module, "build_alibi_tensor") and model_type == "bloom":
-                undo.append(_bind(module, "build_alibi_tensor", _bloom_alibi(config)))
-                undo.append(module.register_forward_pre_hook(_with_mask, with_kwargs=True).remove)
+                _bind(module, "build_alibi_tensor", _bloom_alibi(config))
+                hook = module.register_forward_pre_hook(_with_mask, with_kwargs=True)
+                module.__dict__[_SAVED]["_hook"] = hook.id
+            else:
+                continue
+            patched_modules.append(module)
     except Exception:
-        for step in reversed(undo):
-            step()
+        for module in patched_modules:
+            _restore(module)
         raise
-    if not undo:
+    if not patched_modules:
         raise ValueError(f"peregistry.integrations.transformers.patch: model type "
                          f"{model_type!r} has no positional encoding this can take over (a "
                          f"text *RotaryEmbedding module, T5's relative attention bias or "
                          f"Bloom's ALiBi)")
-    object.__setattr__(model, _UNDO, undo)
+    object.__setattr__(model, _UNDO, True)
     return model
 
 
 def unpatch(model: Any) -> Any:
     """Restore the model's own positional-encoding code; return ``model``. An unpatched model
     is returned as it is."""
-    undo = getattr(model, _UNDO, None)
-    if undo is None:
+    if not getattr(model, _UNDO, False):
         return model
-    for step in reversed(undo):
-        step()
+    for module in model.modules():
+        if _SAVED in module.__dict__:
+            _restore(module)
     object.__delattr__(model, _UNDO)
     return model
 
@@ -261,7 +320,7 @@ def unpatch(model: Any) -> Any:
 def patched(model: Any) -> Iterator[Any]:
     """``with patched(model): ...``: the model patched inside the block, restored after it
     (on an error too). A model patched before the block stays patched."""
-    was = getattr(model, _UNDO, None) is not None
+    was = bool(getattr(model, _UNDO, False))
     patch(model)
     try:
         yield model

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from ._tasks import TASKS, VOCAB, batch, length_of
 
 #: The built-in encoders the default run trains (a failure of theirs is an error, not a skip).
-BUILTIN_ROWS = ("sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "shaw",
+BUILTIN_ROWS = ("sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "kerple", "shaw",
                 "transformer-xl")
 #: Built-ins left out of the default set, with the reason.
 EXCLUDED = {"mrope": "on text (every axis at the token's position) it is rotary",
@@ -69,6 +69,7 @@ class ExtrapolationResult:
         s = self.settings
         return {"train_length": s.train_length, "lengths": list(s.lengths), "tasks": list(s.tasks),
                 "seeds": list(s.seeds), "steps": s.steps, "randomized": s.randomized,
+                "batch": s.batch, "eval_batch": s.eval_batch, "lr": s.lr,
                 "skipped": self.skipped,
                 "rows": [{"encoder": r.encoder, "task": r.task,
                           "accuracy": {str(n): r.accuracy[n] for n in s.lengths},
@@ -79,9 +80,13 @@ class ExtrapolationResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExtrapolationResult:
         """The result :meth:`as_dict` wrote (e.g. read back from ``--format json``)."""
+        defaults = Settings()
         settings = Settings(train_length=data["train_length"], steps=data["steps"],
                             seeds=tuple(data["seeds"]), tasks=tuple(data["tasks"]),
-                            randomized=data["randomized"])
+                            randomized=data["randomized"],
+                            batch=data.get("batch", defaults.batch),
+                            eval_batch=data.get("eval_batch", defaults.eval_batch),
+                            lr=data.get("lr", defaults.lr))
         rows = [Row(r["encoder"], r["task"], {int(n): list(v) for n, v in r["accuracy"].items()})
                 for r in data["rows"]]
         return cls(settings, rows, dict(data["skipped"]))
