@@ -63,3 +63,31 @@ def test_large_parameters_stay_finite() -> None:
 def test_bad_options() -> None:
     with pytest.raises(ValueError, match="variant"):
         per.get_encoder("kerple", num_heads=2, variant="cubic")
+
+
+def test_power_variant_trains_with_ordinary_steps(backend: Any) -> None:
+    """What check_params_fresh would show for the power variant, with a step that does not
+    saturate softplus: after one update the output is the formula at the new values."""
+    grad = backend.grad
+    if grad(lambda p: p["x"]) is None:
+        pytest.skip(f"{backend.name} has no autodiff")
+    enc = per.get_encoder("kerple", num_heads=2, variant="power")
+    wide = "float64" if "float64" in backend.float_dtypes() else "float32"
+    dt = backend.float_dtypes()[wide]
+    q, k = np.arange(6), np.arange(8)
+    params = {key: backend.from_numpy(np.array([0.3, -0.2]), dtype=dt)
+              for key in enc.param_shapes()}
+    qb, kb = backend.from_numpy(q), backend.from_numpy(k)
+
+    def loss(p: Any) -> Any:
+        return (enc.bias(qb, kb, params=p) ** 2).sum()
+
+    g = grad(loss)(params)
+    new = {key: params[key] - 1e-3 * g[key] for key in params}
+    got = backend.to_numpy(enc.bias(qb, kb, params=new))
+    want = reference("power", {key: backend.to_numpy(v).astype(np.float64)
+                               for key, v in new.items()}, q, k)
+    eps = float(np.finfo(np.float64 if wide == "float64" else np.float32).eps)
+    np.testing.assert_allclose(got, want, rtol=64 * eps, atol=64 * eps)
+    assert all(float(np.abs(backend.to_numpy(g[key])).max()) > 0 for key in g)
+    assert not np.allclose(got, backend.to_numpy(enc.bias(qb, kb, params=params)))

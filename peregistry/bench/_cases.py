@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._hand import (
     hand_alibi,
+    hand_kerple,
     hand_learned,
     hand_learned_2d,
     hand_mrope,
@@ -192,6 +193,21 @@ def _bench_alibi(b: Bench, quick: bool) -> Case:
                   f"{heads}x{n}x{n} f32", hand_args=(fpos, fpos))
 
 
+def _bench_kerple(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    heads, n = (4, 128) if quick else (16, 2048)
+    enc = per.get_encoder("kerple", num_heads=heads)
+    params = enc.init(b.xp, seed=0, dtype=b.float32)
+    pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
+    fpos = b.arange(n, dtype=b.float32)
+    return b.case(lambda q, k, s, r: enc.bias(q, k, params={"scale": s, "rate": r},  # type: ignore[attr-defined]
+                                              dtype=b.float32),
+                  lambda q, k, s, r: hand_kerple(b.xp, q, k, s, r),
+                  (pos, pos, params["scale"], params["rate"]), f"{heads}x{n}x{n} f32",
+                  hand_args=(fpos, fpos, params["scale"], params["rate"]))
+
+
 def _bench_mrope(b: Bench, quick: bool) -> Case:
     import peregistry as per
 
@@ -286,6 +302,7 @@ BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "rotary": _bench_rope("rotary", hand_rotary),
     "rotary-decode": _bench_rotary_decode,
     "alibi": _bench_alibi,
+    "kerple": _bench_kerple,
     "mrope": _bench_mrope,
     "xpos": _bench_rope("xpos", hand_xpos),
     "learned": _bench_learned,

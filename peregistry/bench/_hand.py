@@ -138,3 +138,11 @@ def hand_alibi(xp: Any, q: Any, k: Any, num_heads: int) -> Any:
     dist = xp.abs(k[None, :] - q[:, None])
     return -slopes[:, None, None] * dist[None, :, :]
 
+
+
+def hand_kerple(xp: Any, q: Any, k: Any, scale: Any, rate: Any) -> Any:
+    """KERPLE's log kernel (Chi et al. 2022): ``-r1_h · log(1 + r2_h · |q - k|)`` with
+    ``r = softplus(param)`` written plainly (the params are small)."""
+    r1 = xp.log1p(xp.exp(scale))[:, None, None]
+    r2 = xp.log1p(xp.exp(rate))[:, None, None]
+    return -r1 * xp.log1p(r2 * xp.abs(k[None, :] - q[:, None])[None, :, :])
