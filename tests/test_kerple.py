@@ -66,8 +66,8 @@ def test_bad_options() -> None:
 
 
 def test_power_variant_trains_with_ordinary_steps(backend: Any) -> None:
-    """What check_params_fresh would show for the power variant, with a step that does not
-    saturate softplus: after one update the output is the formula at the new values."""
+    """After one ordinary training step the output is the formula at the new values, and
+    every parameter moved."""
     grad = backend.grad
     if grad(lambda p: p["x"]) is None:
         pytest.skip(f"{backend.name} has no autodiff")

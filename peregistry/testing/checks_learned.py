@@ -127,7 +127,10 @@ def check_params_fresh(case: Case) -> None:
     if g is not None:
         try:
             g1 = g(p1)
-            p2 = {k: v - 10.0 * g1[k] for k, v in p1.items()}  # one SGD step, backend arrays
+            # one SGD step of length <= 10 (backend arrays): large enough to move every
+            # output, not so large that it leaves the region where the encoder responds
+            big = max([1.0] + [float(np.max(np.abs(case.to_numpy(v)))) for v in g1.values()])
+            p2 = {k: v - (10.0 / big) * g1[k] for k, v in p1.items()}
             g2 = g(p2)
         except Exception as exc:
             raise CheckFailure(f"the second of two training steps raised {type(exc).__name__}: "
