@@ -59,12 +59,6 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             {k: v for k, v in kwargs.items() if k in own})
 
 
-def _positions(inputs: Any, start_index: Any, positions: Any, seq_len: int) -> Any:
-    if positions is not None:
-        return positions
-    return keras.ops.arange(seq_len, dtype="int32") + keras.ops.cast(start_index, "int32")
-
-
 @keras.saving.register_keras_serializable(package="peregistry")  # type: ignore[misc,unused-ignore]
 class RotaryEmbedding(_EncoderLayer):
     """keras-hub's ``RotaryEmbedding`` call convention over a rotary encoder: ``inputs`` of any
@@ -120,8 +114,8 @@ class PositionEmbedding(_EncoderLayer):
         super().__init__(encoder, options, **own)
 
     def call(self, inputs: Any, start_index: Any = 0, positions: Any = None) -> Any:
-        seq_len = inputs.shape[-2]
-        pos = _positions(inputs, start_index, positions, seq_len)
+        pos = positions if positions is not None else (
+            keras.ops.arange(inputs.shape[-2], dtype="int32") + keras.ops.cast(start_index, "int32"))
         out = self.encoder.encode(pos, params=self._params())  # type: ignore[attr-defined]
         return keras.ops.broadcast_to(keras.ops.cast(out, self.compute_dtype), inputs.shape)
 

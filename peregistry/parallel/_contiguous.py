@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._checks import count as _count
+from ._checks import in_range, is_array, namespace, one_framework
 
 __all__ = ["shard_bounds", "shard_ids", "shard_offset", "zigzag_bounds", "zigzag_shard"]
 
@@ -49,8 +50,6 @@ def shard_offset(local_len: int, shard_index: Any, *, offset: Any = 0) -> Any:
     """The ``offset`` to pass to ``enc.rotate`` on shard ``shard_index`` holding ``local_len``
     tokens: ``offset + shard_index * local_len``. ``shard_index`` (and ``offset``) may be Python
     ints or integer arrays of any framework (traced ones too); the result has their type."""
-    from ._checks import in_range, is_array, one_framework
-
     local_len = _count("local_len", local_len, 0)
     if isinstance(shard_index, bool) or isinstance(offset, bool):
         raise TypeError("shard_offset: shard_index and offset must be ints or integer arrays, "
@@ -112,8 +111,6 @@ def zigzag_shard(a: Any, cp_size: int, cp_rank: int, *, axis: int = -1) -> Any:
     the two chunks of :func:`zigzag_bounds` concatenated. Use it on ``x`` (``axis=-2``), on
     position ids (M-RoPE ids ``(3, seq)``: the default) or on a ``positions`` array. The
     result is in ``a``'s namespace and on its device."""
-    from ._checks import namespace
-
     ndim = len(a.shape)
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis={axis} is out of range for an array of shape {tuple(a.shape)}")
