@@ -45,7 +45,7 @@ from .._options import MAX_DIM, Option
 from ..rope.encoder import RotaryEncoder
 from ..rope.scaled import ScaledRotary
 
-__all__ = ["Rotary", "ScaledRotary", "check_rotary_dim"]
+__all__ = ["Rotary", "ScaledRotary", "check_rotary_dim", "check_temperature"]
 
 
 #: Options shared by the rotary encoders (``rotary``, ``mrope``): one declaration each.
@@ -71,6 +71,27 @@ DIRECTION = Option(str, "positive", choices=("positive", "negative"),
                    doc="sign of the angle: 'positive' turns pairs by +p·ω (RoFormer), "
                        "'negative' by -p·ω (nanochat)")
 
+#: Llama 4's attention temperature (:mod:`peregistry.rope._temperature`), read by
+#: ``enc.query_scale``; shared so that a plugin's rotary family can declare the same options.
+ATTN_TEMPERATURE_TUNING = Option(bool, False,
+                                 doc="Llama 4: enc.query_scale(p) = log1p(floor((p+1)/"
+                                     "floor_scale))·attn_scale + 1 (else 1); never in rotate")
+FLOOR_SCALE = Option(float, 8192.0, allowed="a finite number > 0", check=lambda s: s > 0,
+                     doc="positions per step of the temperature (Llama 4: 8192)")
+ATTN_SCALE = Option(float, 0.1, allowed="a finite number",
+                    doc="strength of the temperature (Llama 4: 0.1)")
+
+
+def check_temperature(enc: RotaryEncoder) -> None:
+    """``floor_scale`` and ``attn_scale`` are read only with ``attn_temperature_tuning=True``:
+    other values without it are an error, never dropped."""
+    if enc._values["attn_temperature_tuning"]:
+        return
+    for name, default in (("floor_scale", FLOOR_SCALE.default), ("attn_scale", ATTN_SCALE.default)):
+        if enc._values[name] != default:
+            raise enc._invalid(name, enc._values[name], f"{default!r} (the default) unless "
+                               f"attn_temperature_tuning=True, which reads it")
+
 
 def check_rotary_dim(enc: RotaryEncoder) -> None:
     """``rotary_dim`` must not exceed ``dim`` (an error naming both)."""
@@ -94,9 +115,13 @@ class Rotary(ScaledRotary):
     scaling = SCALING
     rotary_features = ROTARY_FEATURES
     direction = DIRECTION
+    attn_temperature_tuning = ATTN_TEMPERATURE_TUNING
+    floor_scale = FLOOR_SCALE
+    attn_scale = ATTN_SCALE
 
     def _validate(self) -> None:
         check_rotary_dim(self)
+        check_temperature(self)
         super()._validate()
 
 

@@ -20,7 +20,7 @@ from ._conventions import (
     unregister_model_conventions,
 )
 from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
-from ._rope import rotary_options
+from ._rope import rotary_options, temperature
 from ._values import ConfigError, integer, number
 
 if TYPE_CHECKING:
@@ -175,7 +175,16 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     interval = conventions_of(model_type).get("no_rope_layer_interval")
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default
-    rope = layer_rope(text, layer_type, where, model_type)
+    try:
+        rope = layer_rope(text, layer_type, where, model_type)
+    except NoPositionalEncodingError as exc:
+        if not temperature(text, conventions_of(model_type).get("attn_temperature"),
+                                 where):
+            raise
+        raise NoPositionalEncodingError(
+            f"{str(exc).removesuffix('; its attention needs no encoder')}; its queries are "
+            f"scaled by Llama 4's attention temperature (attn_temperature_tuning): "
+            f"enc.query_scale(positions) of a RoPE layer's encoder gives the factors") from None
     text = {**text, **layer_overrides(text, layer_type, where)}  # Gemma 4's global head_dim
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,

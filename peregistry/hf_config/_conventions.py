@@ -35,6 +35,9 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
 * ``layer_rope_defaults``: ``{layer type: (config key, theta)}``: what the config class fills
   in for a layer type that ``layer_types`` lists and ``rope_parameters`` lacks (Gemma 3: the
   sliding layers get the default rope type with ``rope_local_base_freq``, else 10000);
+* ``attn_temperature``: the config class's ``attn_temperature_tuning``, ``floor_scale`` and
+  ``attn_scale`` for a family whose code reads them (Llama 4): its rotary encoders carry them
+  and give the factors of its NoPE layers' queries through ``enc.query_scale``;
 * ``unsupported``: a reason; the family's encoding is not reproduced yet, and saying so beats
   a rotary encoder that looks right (BLT's composite config).
 """
@@ -71,6 +74,8 @@ _KEYS: dict[str, str] = {
                               "no_rope_layers is empty",
     "layer_rope_defaults": "a dict {layer type: (config key, default theta)}: the rope "
                            "parameters the config class fills in for a missing layer type",
+    "attn_temperature": "a dict of the config class's attn_temperature_tuning (a bool), "
+                        "floor_scale and attn_scale (numbers): the family reads them (Llama 4)",
 }
 
 
@@ -100,6 +105,10 @@ _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
 # Phi-3's configuration class reads the "su" and "yarn" of older configs as "longrope".
 _PHI3: dict[str, Any] = {"rope_type_aliases": {"su": "longrope", "yarn": "longrope"}}
 
+_LLAMA4: dict[str, Any] = {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4,
+                           "attn_temperature": {"attn_temperature_tuning": True,
+                                                "floor_scale": 8192, "attn_scale": 0.1}}
+
 _TABLE: dict[str, dict[str, Any]] = {
     "phi4_multimodal": _PHI3,
     # interleaved pairs, verified in transformers 5.23's modeling code
@@ -113,8 +122,9 @@ _TABLE: dict[str, dict[str, Any]] = {
     "ernie4_5": {**_INTERLEAVED, "theta": 500000.0},
     "ernie4_5_moe": {**_INTERLEAVED, "theta": 500000.0},
     # torch.view_as_complex; NoPE every 4th layer unless no_rope_layers says otherwise
-    "llama4_text": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
-    "llama4": {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4},
+    # and the attention temperature of its NoPE layers (Llama4TextConfig's defaults)
+    "llama4_text": _LLAMA4,
+    "llama4": _LLAMA4,
     "deepseek_v2": _INTERLEAVED,                            # torch.view_as_complex
     # apply_rotary_pos_emb_interleave always (output de-interleaved, as DeepSeek-V3's flag)
     "bailing_hybrid": _INTERLEAVED, "longcat_flash": _INTERLEAVED, "glm_moe_dsa": _INTERLEAVED,
@@ -210,6 +220,10 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "layer_rope_defaults": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str)
         and _is_number(r[1]) and r[1] > 0 for k, r in v.items()),
+    "attn_temperature": lambda v: isinstance(v, Mapping) and set(v) == {
+        "attn_temperature_tuning", "floor_scale", "attn_scale"} and isinstance(
+        v["attn_temperature_tuning"], bool) and _is_number(v["floor_scale"])
+        and v["floor_scale"] > 0 and _is_number(v["attn_scale"]),
     "rotary_features": lambda v: v in ("first", "last"),
     "reads_rotary_dim": lambda v: isinstance(v, bool),
     "mrope_map": callable,
@@ -235,7 +249,8 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
     ``mrope_map``, ``feature_map``, ``ntk_alpha``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
     ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
-    ``layer_rope_defaults``, ``rope_type_aliases``, ``unsupported`` (see :mod:`peregistry.hf_config`). An entry that
+    ``layer_rope_defaults``, ``attn_temperature``, ``rope_type_aliases``, ``unsupported``
+    (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
     bad values raise ``ValueError`` naming them."""
     if not isinstance(model_type, str) or not model_type:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._conventions import conventions_of
-from ._values import ConfigError, integer, integers, number
+from ._values import ConfigError, boolean, integer, integers, number
 
 __all__ = ["ConfigError", "rotary_options"]
 
@@ -192,6 +192,7 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
               "rotary_dim": None if rotary_dim == dim else rotary_dim,
               **{k: conv[k] for k in ("rotary_features", "direction") if k in conv}}
+    common.update(temperature(config, conv.get("attn_temperature"), where))
     # HunYuan-VL's checkpoints name it xdrope_section (its config class renames it)
     key, sections = _found(rope, "mrope_section", "xdrope_section")
     if sections is None:
@@ -207,3 +208,19 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     if features is not None:  # the family's own axis of every feature (HunYuan-VL)
         out["sections"], out["feature_axes"] = features(list(out["sections"]))
     return "mrope", out
+
+
+def temperature(config: Mapping[str, Any], defaults: Mapping[str, Any] | None,
+                 where: str) -> dict[str, Any]:
+    """Llama 4's attention temperature options, for a family whose modeling code reads them
+    (``defaults``: its config class's values, used where the config has none)."""
+    if defaults is None:
+        return {}
+    def read(key: str) -> Any:
+        value = config.get(key)
+        return defaults[key] if value is None else value
+    if not boolean(read("attn_temperature_tuning"), "attn_temperature_tuning", where):
+        return {}
+    return {"attn_temperature_tuning": True,
+            "floor_scale": number(read("floor_scale"), "floor_scale", where),
+            "attn_scale": number(read("attn_scale"), "attn_scale", where, positive=False)}

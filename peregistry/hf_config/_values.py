@@ -45,6 +45,13 @@ def number(value: Any, key: str, where: str, *, positive: bool = True) -> float:
     return float(value)
 
 
+def boolean(value: Any, key: str, where: str) -> bool:
+    """``value`` as a bool: JSON's ``true``/``false`` only (``1`` or ``"true"`` are refused)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key}={_shown(value)} must be true or false")
+    return value
+
+
 def mapping(value: Any, key: str, where: str) -> Mapping[str, Any]:
     """``value`` as a mapping (``None`` is an empty one)."""
     if value is None:

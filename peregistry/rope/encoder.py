@@ -25,6 +25,7 @@ import peregistry.rope._delegation as _delegation
 
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, resolve_dtype
+from . import _temperature
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
 from ._tables import gathered_rows, offset_rows, token_rows
@@ -152,6 +153,13 @@ class RotaryEncoder(Encoder):
     def softmax_scale_factor(self) -> float:
         """Factor on the attention softmax scale that a scaling asks of the model (1.0)."""
         return 1.0
+
+    def query_scale(self, positions: Any, *, dtype: Any = None) -> Any:
+        """Factors ``(*positions.shape,)`` the model multiplies its queries by, of ``dtype``
+        (default: the namespace's default float): 1 unless the encoder sets Llama 4's attention
+        temperature (``attn_temperature_tuning``; :mod:`peregistry.rope._temperature`), which
+        Llama 4 applies to the queries of its NoPE layers. Never part of :meth:`rotate`."""
+        return _temperature.query_scale(self, positions, dtype=dtype)
 
     def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
         """How the angles depend on the sequence length: ``("none", ())``, ``("piecewise",

@@ -1,0 +1,47 @@
+"""Attention temperature tuning of Llama 4 (Nakanishi 2025, "Scalable-Softmax Is Superior for
+Attention", arXiv:2501.19399, as Meta's Llama 4 applies it to the queries of its NoPE layers,
+transformers 5.23 ``modeling_llama4.Llama4TextAttention.forward``)::
+
+    query_scale(p) = log1p(floor((p + 1) / floor_scale)) · attn_scale + 1
+
+1 for the first ``floor_scale - 1`` positions, then growing with ``log`` of the position, which
+keeps the softmax of long contexts from flattening. A rotary encoder carries it as options
+(``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``) and gives the factors through
+:meth:`~peregistry.rope.encoder.RotaryEncoder.query_scale`; like ``softmax_scale_factor`` it is a
+factor the model applies, never part of ``rotate``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..encoders.context import resolve_dtype
+from ._delegation import wide_int
+
+if TYPE_CHECKING:
+    from .encoder import RotaryEncoder
+
+__all__ = ["query_scale"]
+
+
+def query_scale(enc: RotaryEncoder, positions: Any, *, dtype: Any) -> Any:
+    """The factors of :meth:`RotaryEncoder.query_scale` (see the module docstring)."""
+    ctx, (pos,) = enc._context(positions, names=("positions",))
+    pos = enc._positions(pos, ctx)
+    xp = ctx.xp
+    out_dtype = resolve_dtype(enc.name, ctx.backend, dtype, ctx.device)
+    values = enc._values
+    if not values.get("attn_temperature_tuning"):
+        return xp.ones(enc._position_batch_shape(pos), dtype=out_dtype, device=ctx.device)
+    floor_scale, attn_scale = float(values["floor_scale"]), float(values["attn_scale"])
+    if xp.isdtype(pos.dtype, "integral") and floor_scale.is_integer():
+        # In integers, exact at any position: floor((p + 1)/s) = (p - (s - 1)) // s + 1, which
+        # cannot overflow where p + 1 would (p = 2**31 - 1 in int32).
+        s = int(floor_scale)
+        wide = wide_int(xp)
+        p = pos if pos.dtype == wide else xp.astype(pos, wide)
+        count = xp.astype((p - (s - 1)) // s + 1, ctx.wide)
+    else:
+        p = pos if pos.dtype == ctx.wide else xp.astype(pos, ctx.wide)
+        count = xp.floor((p + 1.0) / floor_scale)
+    return xp.astype(xp.log1p(count) * attn_scale + 1.0, out_dtype)
