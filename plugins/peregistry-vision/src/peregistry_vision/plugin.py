@@ -12,6 +12,9 @@ API: :mod:`peregistry` and :mod:`peregistry.plugin`.
   positions ``(..., 2)`` as ``(row, col)``.
 * ``rope-mixed`` — RoPE-Mixed (Heo et al. 2024, timm ``RotaryEmbeddingMixed``): 2-D RoPE with
   learned frequencies per head, in :mod:`.mixed`; positions ``(2, ...)`` as ``(x, y)``.
+* ``wan-rope``, ``hunyuan-video-rope``, ``cogvideox-rope`` — the 3-D RoPE of the video
+  diffusion transformers Wan, HunyuanVideo and CogVideoX (diffusers), in :mod:`.video`;
+  positions ``(3, ...)`` as ``(t, h, w)``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import peregistry as per
 from peregistry.plugin import Ctx, Frequencies, MultiAxisRotary, cos_sin
 
 from .mixed import RopeMixed
+from .video import CogVideoXRope, HunyuanVideoRope, WanRope
 
 __all__ = ["AxialRotary", "DetrSine", "RopeMixed", "SinCos2D", "grid_positions"]
 
@@ -278,4 +282,4 @@ class DetrSine(per.AbsoluteEncoder):
 
 @per.hookimpl
 def peregistry_encoders() -> list[type[per.Encoder]]:
-    return [AxialRotary, SinCos2D, DetrSine, RopeMixed]
+    return [AxialRotary, SinCos2D, DetrSine, RopeMixed, WanRope, HunyuanVideoRope, CogVideoXRope]
