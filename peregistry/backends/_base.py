@@ -179,9 +179,11 @@ class Backend:
         return out
 
     def random_normal(
-        self, shape: tuple[int, ...], *, seed: int, std: float, dtype: Any, device: Any
+        self, shape: tuple[int, ...], *, seed: int, std: float, dtype: Any, device: Any,
+        mean: float = 0.0,
     ) -> Any:
-        """Standard-normal values times ``std``, identical on every backend for one seed.
+        """Standard-normal values times ``std`` plus ``mean``, identical on every backend for one
+        seed.
 
         They are drawn with NumPy's PCG64 in float64 on the host and transferred, so a seed means
         the same numbers in NumPy, PyTorch, JAX and array-api-strict (framework RNGs differ).
@@ -189,7 +191,7 @@ class Backend:
         import numpy as np
 
         rng = np.random.default_rng(seed)
-        values = rng.standard_normal(shape) * std
+        values = rng.standard_normal(shape) * std + mean
         return self.from_numpy(values, dtype=dtype, device=device)
 
     def prepare_params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -30,6 +30,11 @@ class Params:
         """Standard deviation of the normal initialisation of parameter ``name``."""
         return 0.02
 
+    def init_mean(self, name: str) -> float:
+        """Mean of the normal initialisation of parameter ``name`` (0.0; with ``init_std`` 0, a
+        constant start such as FIRE's ``c = 0.1``)."""
+        return 0.0
+
     def init(self, xp: Any, *, seed: int = 0, dtype: Any = None, device: Any = None) -> dict[str, Any]:
         """Fresh parameters as a plain ``dict[str, array]`` of namespace ``xp``.
 
@@ -44,6 +49,7 @@ class Params:
         dtype = resolve_dtype(self.name, backend, dtype, device)
         return {
             key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
+                                       mean=self.init_mean(key),
                                        dtype=dtype, device=device)
             for i, (key, shape) in enumerate(shapes.items())
         }
