@@ -341,6 +341,7 @@ def _int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
 
 @hookimpl
 def peregistry_encoders() -> list[type[Encoder]]:
+    from .fire import Fire
     from .kerple import Kerple
 
-    return [T5Bias, ALiBi, Shaw, TransformerXL, Kerple]
+    return [T5Bias, ALiBi, Shaw, TransformerXL, Kerple, Fire]
