@@ -20,6 +20,10 @@ BUILTIN_CASES = [
     ("sinusoidal", {"dim": 8}),
     ("sinusoidal", {"dim": 64, "layout": "split"}),
     ("sinusoidal", {"dim": 2, "base": 100.0}),
+    # chunks of 48 and 40 tokens: the suite's positions (up to 4000) cross many of them
+    ("dual-chunk", {"dim": 16, "chunk_size": 64, "local_size": 16}),
+    ("dual-chunk", {"dim": 24, "rotary_dim": 16, "chunk_size": 40, "local_size": 0,
+                    "layout": "interleaved"}),
 ]
 
 

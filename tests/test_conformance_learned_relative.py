@@ -26,6 +26,11 @@ CASES = [
     ("transformer-xl", {"dim": 8}),
     ("kerple", {"num_heads": 4}),
     ("kerple", {"num_heads": 3, "variant": "power"}),
+    ("fire", {"num_heads": 4}),
+    ("fire", {"num_heads": 3, "mlp_width": 8, "init_c": 0.5, "init_L": 4.0}),
+    ("fope", {"dim": 16, "max_position_embeddings": 64}),
+    ("fope", {"dim": 16, "max_position_embeddings": 64, "num_inv_freq": 5, "sep_head": True,
+              "num_kv_heads": 1, "layout": "interleaved", "init_factor": 0.5}),
 ]
 
 

@@ -39,9 +39,9 @@ def test_quick_run_completes_with_every_row(capsys: pytest.CaptureFixture[str]) 
     assert main(["study", "extrapolation", "--quick", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["lengths"] == [8, 16, 32, 64] and out["tasks"] == list(TASKS)
-    assert set(out["skipped"]) == {"mrope", "learned-2d"}
-    names = {"nope", "sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "kerple", "shaw",
-             "transformer-xl", *(f"rotary+{s}" for s in SCALINGS)}
+    assert set(out["skipped"]) == {"mrope", "learned-2d", "dual-chunk"}
+    names = {"nope", "sinusoidal", "learned", "rotary", "xpos", "fope", "alibi", "t5", "kerple",
+             "fire", "shaw", "transformer-xl", *(f"rotary+{s}" for s in SCALINGS)}
     rows = {(r["encoder"], r["task"]): r for r in out["rows"]}
     assert set(rows) == {(n, t) for n in names for t in TASKS}
     for r in rows.values():
@@ -132,6 +132,18 @@ def test_each_kind_enters_the_model_its_way(name: str) -> None:
         assert shifted > 1e-3
     else:
         assert shifted <= 1e-4 * float(a.abs().max()), name
+
+
+def test_a_learned_rotary_encoder_trains_its_params() -> None:
+    """FoPE's coefficients are the model's parameters and reach ``rotate``: a step moves them."""
+    (_, enc), = encoders(["fope"], TINY)[0]
+    model = TinyDecoder(VOCAB, enc, seed=0)
+    assert set(model.position.params) == {"cos_coef", "sin_coef"}
+    ids, targets, scored = batch("copy", 4, 2, torch.Generator().manual_seed(0))
+    logits = model(ids, torch.arange(ids.shape[1]))
+    torch.nn.functional.cross_entropy(logits[scored], targets[scored]).backward()
+    for key, value in model.position.params.items():
+        assert value.grad is not None and float(value.grad.abs().max()) > 0, key
 
 
 def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

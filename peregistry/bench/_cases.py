@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._hand import (
     hand_alibi,
+    hand_dual_chunk,
+    hand_fire,
+    hand_fope,
     hand_kerple,
     hand_learned,
     hand_learned_2d,
@@ -208,6 +211,60 @@ def _bench_kerple(b: Bench, quick: bool) -> Case:
                   hand_args=(fpos, fpos, params["scale"], params["rate"]))
 
 
+def _bench_fire(b: Bench, quick: bool) -> Case:
+    import peregistry as per
+
+    heads, n = (4, 128) if quick else (16, 1024)
+    enc = per.get_encoder("fire", num_heads=heads)
+    params = enc.init(b.xp, seed=0, dtype=b.float32)
+    pos, fpos = b.arange(n), b.arange(n, dtype=b.float32)
+    return b.case(lambda q, k, p: enc.bias(q, k, params=p, dtype=b.float32),  # type: ignore[attr-defined]
+                  lambda q, k, p: hand_fire(b.xp, q, k, p, 512.0), (pos, pos, params),
+                  f"{heads}x{n}x{n} f32, MLP 32", hand_args=(fpos, fpos, params))
+
+
+def _bench_dual_chunk(b: Bench, quick: bool) -> Case:
+    """A prefill's dual chunk attention rotations (32 query heads, 8 key heads of 128, four
+    chunks): ``rotate_dual_chunk(q, k)``'s five query roles and the keys, against vLLM's way
+    written plainly (:func:`hand_dual_chunk`)."""
+    import peregistry as per
+
+    h, kv, s, d = (4, 2, 128, 64) if quick else (32, 8, 2048, 128)
+    chunk, local = (48, 16) if quick else (640, 128)  # chunk_len = s / 4
+    enc = per.get_encoder("dual-chunk", dim=d, chunk_size=chunk, local_size=local)
+    q, k = b.randn((1, h, s, d)), b.randn((1, kv, s, d))
+    xp = b.xp
+
+    def ours(q: Any, k: Any) -> tuple[Any, ...]:
+        return tuple(enc.rotate_dual_chunk(q, k))  # type: ignore[attr-defined]
+
+    def hand(q: Any, k: Any) -> tuple[Any, ...]:
+        return hand_dual_chunk(xp, q, k, chunk, local)
+
+    ready = b.backend.block_until_ready  # (one program per call where compiled: its last output)
+    ours_c, hand_c = b.compiled(ours), b.compiled(hand)
+    ready(ours_c(q, k)[-1])
+    copy = b.copier(xp.zeros((5 * h + kv, s, d), dtype=b.float32))
+    return Case(lambda: ready(ours_c(q, k)[-1]), lambda: ready(hand_c(q, k)[-1]),
+                lambda: ready(copy()), f"q 1x{h}x{s}x{d}, k 1x{kv}x{s}x{d} f32")
+
+
+def _bench_fope(b: Bench, quick: bool) -> Case:
+    """Queries of a prefill (32 heads sharing 8 KV heads' Fourier series, as Intern-S1-Pro's
+    ``fope_sep_head``) rotated by FoPE, against vLLM's way written plainly (:func:`hand_fope`)."""
+    import peregistry as per
+
+    n, h, kv, s, d = (1, 4, 2, 128, 64) if quick else (1, 32, 8, 2048, 128)
+    enc = per.get_encoder("fope", dim=d, max_position_embeddings=4096, sep_head=True,
+                          num_kv_heads=kv)
+    params = enc.init(b.xp, seed=0, dtype=b.float32)
+    x = b.randn((n, h, s, d))
+    return b.case(lambda v, c, si: enc.rotate(v, params={"cos_coef": c,  # type: ignore[attr-defined]
+                                                         "sin_coef": si}),
+                  lambda v, c, si: hand_fope(b.xp, v, c, si),
+                  (x, params["cos_coef"], params["sin_coef"]), f"{n}x{h}x{s}x{d} f32")
+
+
 def _bench_mrope(b: Bench, quick: bool) -> Case:
     import peregistry as per
 
@@ -303,7 +360,10 @@ BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "rotary-decode": _bench_rotary_decode,
     "alibi": _bench_alibi,
     "kerple": _bench_kerple,
+    "fire": _bench_fire,
+    "fope": _bench_fope,
     "mrope": _bench_mrope,
+    "dual-chunk": _bench_dual_chunk,
     "xpos": _bench_rope("xpos", hand_xpos),
     "learned": _bench_learned,
     "learned-2d": _bench_learned_2d,

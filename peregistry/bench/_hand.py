@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope", "hand_rotary",
-           "hand_rotary_decode", "hand_shaw", "hand_sinusoidal", "hand_t5", "hand_transformer_xl",
-           "hand_xpos"]
+__all__ = ["hand_alibi", "hand_fope", "hand_learned", "hand_learned_2d", "hand_mrope",
+           "hand_rotary", "hand_rotary_decode", "hand_shaw", "hand_sinusoidal", "hand_t5",
+           "hand_transformer_xl", "hand_xpos"]
 
 
 def hand_sinusoidal(xp: Any, pos: Any, dim: int, base: float = 10000.0) -> Any:
@@ -71,6 +71,28 @@ def hand_xpos(xp: Any, x: Any, scale_base: float = 512.0, theta: float = 10000.0
     # x: [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
     rotated = xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
     return (x * cos + rotated * sin) * scale
+
+
+def hand_fope(xp: Any, x: Any, cos_coef: Any, sin_coef: Any, theta: float = 10000.0) -> Any:
+    """FoPE as vLLM's ``FourierRotaryEmbedding`` computes it, of ``x: (1, heads, seq, dim)`` at
+    positions ``0..seq-1``: per KV head, ``cos``/``sin`` of the ``D`` retained frequencies mixed
+    by the ``(kv, D, D)`` coefficients, the other pairs at cos 1 and sin 0, the query heads
+    grouped over the KV heads (``query.view(seq·kv, -1, dim)``), then ``rotate_half``."""
+    b, heads, seq, dim = x.shape
+    kv, d = cos_coef.shape[0], cos_coef.shape[-1]
+    inv_freq = theta ** (-xp.arange(0, 2 * d, 2, dtype=xp.float32) / dim)
+    freqs = xp.arange(seq, dtype=xp.float32)[:, None] * inv_freq[None, :]   # (seq, D)
+    cos = xp.matmul(xp.cos(freqs), cos_coef)                                # (kv, seq, D)
+    sin = xp.matmul(xp.sin(freqs), sin_coef)
+    pad = (kv, seq, dim // 2 - d)
+    cos = xp.concat((cos, xp.ones(pad, dtype=xp.float32)), axis=-1)
+    sin = xp.concat((sin, xp.zeros(pad, dtype=xp.float32)), axis=-1)
+    cos = xp.concat((cos, cos), axis=-1)[:, None, ...]                      # (kv, 1, seq, dim)
+    sin = xp.concat((sin, sin), axis=-1)[:, None, ...]
+    xg = xp.reshape(x, (b, kv, heads // kv, seq, dim))
+    half = dim // 2
+    rotated = xp.concat((-xg[..., half:], xg[..., :half]), axis=-1)
+    return xp.reshape(xg * cos + rotated * sin, x.shape)
 
 
 def hand_mrope(xp: Any, x: Any, pos: Any, sections: Sequence[int], theta: float = 10000.0) -> Any:
@@ -146,3 +168,37 @@ def hand_kerple(xp: Any, q: Any, k: Any, scale: Any, rate: Any) -> Any:
     r1 = xp.log1p(xp.exp(scale))[:, None, None]
     r2 = xp.log1p(xp.exp(rate))[:, None, None]
     return -r1 * xp.log1p(r2 * xp.abs(k[None, :] - q[:, None])[None, :, :])
+
+
+def hand_fire(xp: Any, q: Any, k: Any, p: dict[str, Any], init_L: float) -> Any:
+    """FIRE (Li et al. 2023, the appendix's listing): ``MLP(log(|c(i-j)| + 1) / (log(|c·max(i,
+    L)| + 1) + 1e-6))`` with ``L = |L_multiplier·init_L|``, positions as floats."""
+    c = p["c"]
+    threshold = xp.abs(p["L_multiplier"] * init_L)
+    rel = xp.log(xp.abs(c * (q[:, None] - k[None, :])) + 1.0)
+    norm = xp.log(xp.abs(c * xp.where(q > threshold, q, threshold)) + 1.0)[:, None] + 1e-6
+    pre = (rel / norm)[..., None] * p["w1"][:, 0] + p["b1"]
+    hidden = xp.where(pre > 0, pre, xp.zeros_like(pre))  # ReLU
+    return xp.moveaxis(hidden @ p["w2"].T + p["b2"], -1, 0)
+
+
+def hand_dual_chunk(xp: Any, q: Any, k: Any, chunk_size: int, local_size: int,
+                    theta: float = 10000.0) -> tuple[Any, ...]:
+    """Dual chunk attention RoPE as vLLM's ``DualChunkRotaryEmbedding`` gives it at positions
+    ``0..seq-1`` (GPT-NeoX pairs): the queries turned for their own chunk, the chunk before,
+    older chunks and the two sparse-attention estimates, then the keys."""
+    seq, dim = q.shape[-2], q.shape[-1]
+    chunk_len = chunk_size - local_size
+    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    r = xp.arange(seq, dtype=xp.float32) % chunk_len
+    half = dim // 2
+
+    def rotate(x: Any, pos: Any) -> Any:
+        freqs = pos[:, None] * inv_freq[None, :]
+        emb = xp.concat((freqs, freqs), axis=-1)
+        rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
+        return x * xp.cos(emb) + rotated * xp.sin(emb)
+
+    inter = xp.full((seq,), float(min(2 * chunk_len - 1, chunk_size)), dtype=xp.float32)
+    return (rotate(q, r), rotate(q, xp.clip(r + chunk_len, 0, chunk_size)), rotate(q, inter),
+            rotate(q, r + chunk_len), rotate(q, r + chunk_size), rotate(k, r))

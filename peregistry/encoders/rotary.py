@@ -127,4 +127,6 @@ class Rotary(ScaledRotary):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
-    return [Rotary]
+    from .fope import FoPE
+
+    return [Rotary, FoPE]

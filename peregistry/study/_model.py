@@ -2,7 +2,8 @@
 entering the model the one way its kind's public methods define:
 
 * absolute (``encode``): added to the token embeddings;
-* rotary (``rotate``; xPos's ``rotate_queries``/``rotate_keys``): on the queries and keys;
+* rotary (``rotate``, with the params of a learned one; xPos's ``rotate_queries``/
+  ``rotate_keys``): on the queries and keys;
 * bias (``bias``): added to the attention logits, ``(heads, T, T)``;
 * relative embedding (``embed``, ``(T, T, d)``): Shaw et al.'s ``q_i · a_ij`` for a learned
   table, Transformer-XL's ``(q_i + v) · W_R r_ij`` for a fixed sinusoid;
@@ -61,7 +62,8 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
         enc = self.encoder
         if hasattr(enc, "rotate_queries"):  # xPos scales queries and keys oppositely
             return enc.rotate_queries(q, pos), enc.rotate_keys(k, pos)
-        return enc.rotate(q, pos), enc.rotate(k, pos)
+        params = self._p()  # a learned rotary encoder's (FoPE's coefficients), else None
+        return enc.rotate(q, pos, params=params), enc.rotate(k, pos, params=params)
 
     def bias(self, pos: Any) -> Any:
         """A bias encoder's ``(heads, T, T)``, added to the scaled logits (or 0)."""

@@ -12,11 +12,13 @@ from typing import Any, TextIO
 from ._tasks import TASKS, VOCAB, batch, length_of
 
 #: The built-in encoders the default run trains (a failure of theirs is an error, not a skip).
-BUILTIN_ROWS = ("sinusoidal", "learned", "rotary", "xpos", "alibi", "t5", "kerple", "shaw",
-                "transformer-xl")
+BUILTIN_ROWS = ("sinusoidal", "learned", "rotary", "xpos", "fope", "alibi", "t5", "kerple",
+                "fire", "shaw", "transformer-xl")
 #: Built-ins left out of the default set, with the reason.
 EXCLUDED = {"mrope": "on text (every axis at the token's position) it is rotary",
-            "learned-2d": "positions on a 2-D grid, not a causal sequence"}
+            "learned-2d": "positions on a 2-D grid, not a causal sequence",
+            "dual-chunk": "an inference-time attention scheme for a RoPE model past its "
+                          "context (queries in three roles), not an encoding to train with"}
 #: RoPE's inference-time scalings, evaluated on the RoPE-trained model: linear position
 #: interpolation (Chen et al. 2023) and YaRN (Peng et al. 2023) with factor = eval length / train
 #: length; dynamic NTK (bloc97, transformers' "dynamic") with factor 1, its base growing with
@@ -118,7 +120,10 @@ def _fit_options(cls: Any, settings: Settings) -> dict[str, Any]:
     options = dict(cls.example_options())
     sizes = {"dim": WIDTH if cls.kind == "absolute" else HEAD_DIM, "num_heads": HEADS,
              "num_positions": length_of("copy", max(settings.lengths)) + 1,
-             "bidirectional": False}
+             "bidirectional": False,
+             # FoPE's training length: its slowest frequencies are clipped by it
+             "max_position_embeddings": max(length_of(t, settings.train_length)
+                                            for t in settings.tasks)}
     options.update({k: v for k, v in sizes.items() if k in specs})
     if "max_distance" in specs and specs["max_distance"].required:  # Shaw's clipping k
         options["max_distance"] = settings.train_length

@@ -1,0 +1,353 @@
+"""FoPE, Fourier Position Embedding (Hua et al. 2024, "Fourier Position Embedding: Enhancing
+Attention's Periodic Extension for Length Generalization", arXiv:2412.17739, ICML 2025): RoPE
+whose ``cos``/``sin`` tables are learned Fourier series over the RoFormer frequencies, the
+frequencies too slow to complete a period within the training length clipped to zero, as vLLM's
+``FourierRotaryEmbedding`` (``model_executor/layers/rotary_embedding/fope.py``) computes them
+for Intern-S1-Pro and xtuner's ``FourierEmbedding`` trains them; registered by the ``rotary``
+entry point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import peregistry.rope._delegation as _delegation
+
+from .._options import MAX_DIM, Option
+from ..rope import Frequencies, Layout, RotaryEncoder, RotaryTables, cos_sin, inv_freq
+from ..rope._funcs import broadcasts_into
+from ..rope._tables import gathered_rows, offset_rows
+from .context import resolve_dtype
+from .learned_params import LearnedParams, init_params
+
+if TYPE_CHECKING:
+    from ..rope.encoder import Call
+    from .context import Ctx
+
+__all__ = ["FoPE", "fope_frequencies"]
+
+
+def fope_frequencies(dim: int, theta: float, max_position_embeddings: int,
+                     num_inv_freq: int | None = None) -> list[float]:
+    """The frequencies FoPE keeps: ``ω_j = θ^(-2j/dim)`` with ``ω_j > 2π/L`` (a period shorter
+    than the training length ``L = max_position_embeddings``), or the first ``num_inv_freq``
+    when that is given (vLLM's ``_compute_inv_freq``; host float64, vLLM compares in float32)."""
+    omega = [float(w) for w in inv_freq(dim, theta)]
+    if num_inv_freq is not None:
+        return omega[:num_inv_freq]
+    floor = 2.0 * math.pi / max_position_embeddings
+    return [w for w in omega if w > floor]  # a prefix: ω_j is monotonic in j
+
+
+def _repeat_heads(t: Any, groups: int, *, xp: Any) -> Any:
+    """``t`` of shape ``(..., kv, m, n)`` as ``(..., kv·groups, m, n)``, each head repeated
+    ``groups`` times in a row: query head ``i`` uses KV head ``i // groups`` (GQA)."""
+    *lead, kv, m, n = (int(s) for s in t.shape)
+    spread = xp.broadcast_to(xp.expand_dims(t, axis=-3), (*lead, kv, groups, m, n))
+    return xp.reshape(spread, (*lead, kv * groups, m, n))
+
+
+class FoPE(LearnedParams, RotaryEncoder):
+    """Fourier Position Embedding: RoPE tables as learned Fourier series (Hua et al. 2024).
+
+    With ``d = dim`` and ``ω_j = θ^(-2j/d)``, the ``D`` retained frequencies are those with
+    ``ω_j > 2π/L`` (``L = max_position_embeddings``), or the first ``num_inv_freq``
+    (:func:`fope_frequencies`). Pair ``k`` of a token at position ``p`` turns by the tables (vLLM
+    ``_compute_cos_sin_cache``, ``einsum("tD,Dd->td")``)::
+
+        C_k(p) = Σ_{j<D} cos(p·ω_j)·A[j, k],   S_k(p) = Σ_{j<D} sin(p·ω_j)·B[j, k],   k < D
+        C_k(p) = 1,                           S_k(p) = 0,                           D <= k < d/2
+        a_k' = a_k·C_k - b_k·S_k,              b_k' = b_k·C_k + a_k·S_k
+
+    the clipped pairs (``k >= D``) at frequency zero: they pass through. ``A`` and ``B`` are the
+    params ``cos_coef`` and ``sin_coef``, ``(D, D)`` each, or ``(num_kv_heads, D, D)`` with
+    ``sep_head=True``: one Fourier series per KV head, query head ``i`` of ``H`` using KV head
+    ``i // (H / num_kv_heads)`` (vLLM's view of the queries). Fresh params are ``I + N(0,
+    σ²)``, ``σ = init_factor/√D`` (xtuner's ``xavier_normal_(gain=fope_init_factor)`` of a
+    ``D×D`` matrix, plus the identity). Without params the coefficients are the identity: RoPE
+    on the retained frequencies, the others clipped (the paper's ablation without the Fourier
+    series), and every rotary law of the conformance suite holds; learned coefficients mix
+    frequencies, so norms and the ``m - n`` law no longer hold exactly (by design).
+    """
+
+    name = "fope"
+    __slots__ = ()
+    _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
+
+    dim = Option(int, allowed=f"a positive even integer <= {MAX_DIM}",
+                 check=lambda d: 0 < d <= MAX_DIM and d % 2 == 0,
+                 doc="head dimension x.shape[-1] (vLLM head_size; every pair may turn)")
+    max_position_embeddings = Option(
+        int, allowed="an integer >= 7 (2π/L must be below ω_0 = 1)", check=lambda n: n >= 7,
+        example=2048, doc="training length L: frequencies of period >= L are clipped to zero")
+    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
+                   check=lambda t: t > 0 and t != 1.0,
+                   doc="frequency base θ (vLLM base, HF rope_theta; Intern-S1-Pro 5e6)")
+    num_inv_freq = Option(int, None, nullable=True, allowed="None or an integer in 1..dim/2",
+                          check=lambda n: n > 0,
+                          doc="keep the first n frequencies instead of clipping by "
+                              "max_position_embeddings (vLLM/xtuner num_inv_freq)")
+    sep_head = Option(bool, False, doc="one Fourier series per KV head (vLLM fope_sep_head)")
+    num_kv_heads = Option(int, None, nullable=True,
+                          allowed=f"None, or with sep_head=True an integer in 1..{MAX_DIM}",
+                          check=lambda n: 0 < n <= MAX_DIM,
+                          doc="KV heads with their own coefficients when sep_head=True (vLLM "
+                              "num_key_value_heads)")
+    init_factor = Option(float, 0.1, allowed="a finite number >= 0", check=lambda f: f >= 0,
+                         doc="gain of the noise added to the identity by init (vLLM/xtuner "
+                             "fope_init_factor; Intern-S1-Pro 0.5)")
+    layout = Option(str, "half", choices=("half", "interleaved"),
+                    doc="'half': pairs (i, i+d/2), vLLM's rotate_neox; 'interleaved': (2i, 2i+1)")
+
+    def _validate(self) -> None:
+        v = self._values
+        half = int(v["dim"]) // 2
+        n = v["num_inv_freq"]
+        if n is not None and n > half:
+            raise self._invalid("num_inv_freq", n, f"None or an integer in 1..dim/2 ({half})")
+        if v["sep_head"] and v["num_kv_heads"] is None:
+            raise self._invalid("num_kv_heads", None, "an integer >= 1 with sep_head=True (one "
+                                                      "Fourier series per KV head)")
+        if not v["sep_head"] and v["num_kv_heads"] is not None:
+            raise self._invalid("num_kv_heads", v["num_kv_heads"],
+                                "None with sep_head=False (one Fourier series for every head); "
+                                "pass sep_head=True for one per KV head")
+        kept = fope_frequencies(int(v["dim"]), float(v["theta"]),
+                                int(v["max_position_embeddings"]), n)
+        self._cache["kept"] = len(kept)
+        # The clipped pairs at frequency zero: cos 1 and sin 0, computed like the others.
+        self._cache["freqs"] = Frequencies.from_omega([*kept, *[0.0] * (half - len(kept))])
+
+    @property
+    def num_frequencies(self) -> int:
+        """``D``: how many frequencies FoPE keeps (the size of each coefficient matrix)."""
+        return int(self._cache["kept"])
+
+    def frequencies(self) -> Any:
+        """The ``D`` retained frequencies ``ω_j`` as a float64 NumPy array."""
+        import numpy as np
+
+        return np.asarray(self._cache["freqs"].omega[: self.num_frequencies], dtype=np.float64)
+
+    # -- learned parameters ---------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.num_frequencies
+        shape = (int(self._values["num_kv_heads"]), d, d) if self._values["sep_head"] else (d, d)
+        return {"cos_coef": shape, "sin_coef": shape}
+
+    def init_std(self, name: str) -> float:
+        """``init_factor·sqrt(2/(D + D))``: xavier-normal noise of a ``D×D`` matrix."""
+        return float(self._values["init_factor"]) / math.sqrt(self.num_frequencies)
+
+    def init(self, xp: Any, *, seed: int = 0, dtype: Any = None,
+             device: Any = None) -> dict[str, Any]:
+        """Fresh params: the identity plus the noise of :func:`init_params` (NumPy's PCG64, seed
+        ``seed + i`` for the ``i``-th parameter, std :meth:`init_std`), summed in float64 and
+        rounded to float32, so one seed gives the same numbers on every backend and dtype."""
+        import numpy as np
+
+        backend = self.services.backend_of_namespace(xp)
+        out = resolve_dtype(self.name, backend, dtype, device)
+        noise = init_params(self, "numpy", seed=seed, dtype=np.float64)
+        eye = np.eye(self.num_frequencies)
+        return {key: backend.from_numpy((value + eye).astype(np.float32), dtype=out, device=device)
+                for key, value in noise.items()}
+
+    # -- the hook: RoPE tables of the retained frequencies, the clipped ones at zero -------------
+    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """``cos(p·ω_j)``, ``sin(p·ω_j)`` for every pair, ``ω_j = 0`` for the clipped ones: the
+        tables without params (identity coefficients) and the basis the params mix."""
+        return cos_sin(positions, self._cache["freqs"], ctx=ctx)
+
+    # -- public methods ---------------------------------------------------------------------------
+    def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
+               params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
+        """``x`` ``(..., seq, dim)`` rotated at ``positions`` by the tables of ``params`` (None:
+        identity coefficients); same shape, dtype, namespace and device as ``x``, gradients
+        reaching the params. With ``sep_head=True`` the heads are ``x.shape[-3]``, a multiple of
+        ``num_kv_heads`` (or absent with one KV head). ``positions``, ``offset`` and ``seq_len``
+        as for :meth:`peregistry.RotaryEncoder.rotate`."""
+        return self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
+                            native=True)
+
+    def cos_sin(self, positions: Any, *, dtype: Any = None, seq_len: int | None = None,
+                params: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+        """``(cos, sin)`` in the encoder's layout, ``(*positions.shape, dim)`` each, of ``dtype``
+        (default: the params' dtype; without params the namespace's default float). With
+        ``sep_head=True`` and params, one table per KV head before the sequence axis:
+        ``(*positions.shape[:-1], num_kv_heads, positions.shape[-1], dim)`` (scalar positions
+        count as one), as xtuner's ``(batch, heads, seq, dim)``."""
+        if params is None:
+            return super().cos_sin(positions, dtype=dtype, seq_len=seq_len)
+        ctx, cos, sin, prepared = self._learned_tables(positions, params, seq_len, heads=None)
+        out = self._output_dtype(dtype, prepared, ctx)
+        layout: Layout = "interleaved" if self._rotation.interleaved else "half"
+        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out, xp=ctx.xp)
+
+    def tables(self, positions: Any, *, seq_len: int | None = None,
+               params: Mapping[str, Any] | None = None, heads: int | None = None) -> RotaryTables:
+        """The tables of ``positions`` and ``params`` made once (see
+        :meth:`peregistry.RotaryEncoder.tables`). With ``sep_head=True`` and params they rotate
+        tensors of ``heads`` heads (default ``num_kv_heads``; queries of GQA: their count)."""
+        if params is None:
+            self._heads(heads, what="heads")
+            return super().tables(positions, seq_len=seq_len)
+        ctx, cos, sin, _ = self._learned_tables(positions, params, seq_len, heads=heads)
+        return RotaryTables(cos, sin, layout="interleaved" if self._rotation.interleaved
+                            else "half", head_dim=self._rotation.head_dim, owner=self.name,
+                            ctx=ctx)
+
+    # -- machinery ----------------------------------------------------------------------------
+    def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
+                seq_len: int | None, native: bool) -> Any:
+        if params is None:
+            return super()._rotate(x, positions, offset=offset, params=None, seq_len=seq_len,
+                                   native=native)
+        call = self._rotate_call(x, positions, offset, None, seq_len)
+        prepared = self._check_params(params, call.ctx)
+        cos, sin, groups = self._learned_rotation_tables(call, prepared)
+        xp, x, spec = call.ctx.xp, call.x, self._rotation
+        shape = tuple(x.shape)
+        if groups > 1:  # x viewed as (..., kv, groups, seq, dim), as vLLM views the queries
+            x = xp.reshape(x, (*shape[:-3], shape[-3] // groups, groups, *shape[-2:]))
+            cos, sin = xp.expand_dims(cos, axis=-3), xp.expand_dims(sin, axis=-3)
+        out = _delegation.rotate(x, cos, sin, rotary_dim=spec.rotary_dim,
+                                 interleaved=spec.interleaved, cdt=call.cdt, xp=xp,
+                                 native=native, eager=not call.tracing)
+        return out if groups == 1 else xp.reshape(out, shape)
+
+    def _heads(self, heads: Any, *, what: str) -> int | None:
+        """The head count of the tensors rotated with per-head tables (a multiple of
+        ``num_kv_heads``); None without ``sep_head``, where it must not be given."""
+        kv = self._values["num_kv_heads"]
+        if kv is None:
+            if heads is not None:
+                raise ValueError(f"{self.name}: {what}={heads!r} is only used with sep_head=True "
+                                 f"(one Fourier series per KV head)")
+            return None
+        if heads is None:
+            return int(kv)
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0 or heads % kv:
+            raise ValueError(f"{self.name}: {what}={heads!r}, but should be a positive multiple "
+                             f"of num_kv_heads={kv} (query heads share a KV head's coefficients "
+                             f"in groups, as in GQA)")
+        return heads
+
+    def _basis(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
+               static_len: int | None = None) -> tuple[Any, Any]:
+        """Half-width tables of identity coefficients at ``pos`` in ``ctx.wide``: rows of the
+        table of positions for eager integer ids, else computed."""
+        rows = None if tracing else gathered_rows(self, pos, ctx=ctx, cdt=ctx.wide)
+        if rows is not None:
+            return rows
+        return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=static_len)
+
+    def _learned_tables(self, positions: Any, params: Mapping[str, Any], seq_len: Any, *,
+                        heads: int | None) -> tuple[Ctx, Any, Any, Mapping[str, Any]]:
+        """``cos_sin``'s and ``tables``' half-width tables (``ctx.wide``): per-head ones with
+        the KV-head axis (``heads`` of them) inserted before the sequence axis."""
+        ctx, (pos,) = self._context(positions)
+        pos = self._positions(pos, ctx)
+        prepared = self._check_params(params, ctx)
+        h = self._heads(heads, what="heads")
+        cos, sin = self._basis(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
+                               tracing=ctx.backend.is_tracing(pos))
+        if h is not None:
+            shape = tuple(int(s) for s in pos.shape)
+            lead, seq = (shape[:-1], shape[-1]) if shape else ((), 1)
+            width = int(cos.shape[-1])
+            cos = ctx.xp.reshape(cos, (*lead, 1, seq, width))
+            sin = ctx.xp.reshape(sin, (*lead, 1, seq, width))
+        cos, sin = self._mix(cos, sin, prepared, heads=h, ctx=ctx)
+        return ctx, cos, sin, prepared
+
+    def _learned_rotation_tables(self, call: Call,
+                                 params: Mapping[str, Any]) -> tuple[Any, Any, int]:
+        """:meth:`rotate`'s tables in ``call.cdt``: the basis at the call's positions (rows of
+        the table of positions where they serve), mixed by ``params``, shaped to broadcast
+        against ``x`` (its head axis ``x.shape[-3]`` with ``sep_head``); and the query heads
+        per KV head when the tables are one per KV head for ``x``'s grouped heads (else 1)."""
+        ctx, xshape = call.ctx, tuple(int(s) for s in call.x.shape)
+        if call.positions is not None:
+            self._check_broadcast(call.positions, xshape)
+            cos, sin = self._basis(call.positions, ctx=ctx, seq_len=call.seq_len,
+                                   tracing=call.tracing)
+        else:
+            seq, static_len, rows = xshape[-2], None, None
+            if type(call.offset) is int:
+                static_len = call.offset + seq
+                if not call.tracing:
+                    rows = offset_rows(self, call.offset, seq, ctx=ctx, cdt=ctx.wide)
+            if rows is None:
+                pos = self._default_positions(seq, call.offset, ctx=ctx)
+                self._check_broadcast(pos, xshape)
+                rows = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,
+                                   static_len=static_len)
+            cos, sin = rows
+        heads, groups = None, 1
+        if self._values["sep_head"]:
+            kv = int(self._values["num_kv_heads"])
+            if len(xshape) < 3 and kv > 1:
+                raise ValueError(f"{self.name}: sep_head with num_kv_heads={kv} rotates x of "
+                                 f"shape (..., heads, seq, dim), got x.shape={xshape}")
+            if len(xshape) >= 3:
+                heads = self._heads(xshape[-3], what="x.shape[-3]")
+                # positions aligned with x's (..., heads, seq): their head axis is 1 or heads
+                batch = tuple(int(s) for s in cos.shape[:-1])
+                batch = (1,) * (2 - len(batch)) + batch
+                width = int(cos.shape[-1])
+                cos = ctx.xp.reshape(cos, (*batch, width))
+                sin = ctx.xp.reshape(sin, (*batch, width))
+                if batch[-2] == 1 and kv > 1 and heads is not None:  # one table per KV head
+                    groups = heads // kv
+        cos, sin = self._mix(cos, sin, params, heads=heads, ctx=ctx, repeat=False)
+        xp, cdt = ctx.xp, call.cdt
+        cos, sin = _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
+                                           sin if sin.dtype == cdt else xp.astype(sin, cdt),
+                                           xp=xp)
+        return cos, sin, groups
+
+    def _check_broadcast(self, pos: Any, xshape: tuple[int, ...]) -> None:
+        batch = tuple(int(s) for s in pos.shape)
+        if not broadcasts_into(batch, xshape[:-1]):
+            raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
+                             f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
+                             f"(batch, 1, seq)")
+
+    def _mix(self, cos: Any, sin: Any, params: Mapping[str, Any], *, heads: int | None,
+             ctx: Ctx, repeat: bool = True) -> tuple[Any, Any]:
+        """The learned half-width tables from the basis ``cos``/``sin`` (``(..., d/2)``, the
+        first ``D`` columns the retained frequencies, the rest 1 and 0), in ``ctx.wide``.
+
+        Shared coefficients (or one KV head and ``heads=None``): ``(..., d/2)``. Per head:
+        ``cos`` is ``(..., h, seq, d/2)`` with ``h`` 1 (one row for every head) or ``heads``
+        (positions per head), and the result ``(..., heads, seq, d/2)`` (``(..., 1, seq, d/2)``
+        for one KV head: it broadcasts; ``(..., kv, seq, d/2)`` for one row and
+        ``repeat=False``: the caller groups the heads)."""
+        xp, wide = ctx.xp, ctx.wide
+        d = self.num_frequencies
+        a, b = params["cos_coef"], params["sin_coef"]
+        a = a if a.dtype == wide else xp.astype(a, wide)
+        b = b if b.dtype == wide else xp.astype(b, wide)
+        bc, bs = cos[..., :d], sin[..., :d]
+        if self._values["sep_head"] and heads is None:
+            a, b = a[0, ...], b[0, ...]  # x without a head axis: the one KV head's series
+        if self._values["sep_head"] and heads is not None:
+            kv = int(self._values["num_kv_heads"])
+            groups = heads // kv
+            per_head = int(bc.shape[-3]) != 1  # positions per head: each its own coefficients
+            if per_head and groups > 1 and kv > 1:
+                a, b = _repeat_heads(a, groups, xp=xp), _repeat_heads(b, groups, xp=xp)
+            mc, ms = xp.matmul(bc, a), xp.matmul(bs, b)  # (..., kv or heads, seq, D)
+            if repeat and not per_head and groups > 1 and kv > 1:  # (one KV head broadcasts)
+                mc, ms = _repeat_heads(mc, groups, xp=xp), _repeat_heads(ms, groups, xp=xp)
+        else:
+            mc, ms = xp.matmul(bc, a), xp.matmul(bs, b)
+        rest = int(cos.shape[-1]) - d
+        if rest:  # the clipped pairs: frequency zero, vLLM's padding (cos 1, sin 0)
+            shape = (*(int(s) for s in mc.shape[:-1]), rest)
+            mc = xp.concat((mc, xp.ones(shape, dtype=wide, device=ctx.device)), axis=-1)
+            ms = xp.concat((ms, xp.zeros(shape, dtype=wide, device=ctx.device)), axis=-1)
+        return mc, ms
