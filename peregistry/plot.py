@@ -84,7 +84,10 @@ def _params(enc: Encoder, settings: PlotSettings) -> dict[str, Any] | None:
 def _title(enc: Encoder, settings: PlotSettings, what: str) -> str:
     if settings.title is not None:
         return settings.title
-    opts = ", ".join(f"{k}={v!r}" for k, v in enc.options.items() if v is not None)
+    # the options that make this encoder: the required ones and those set away from the default
+    specs = type(enc)._option_specs
+    opts = ", ".join(f"{k}={v!r}" for k, v in enc.options.items()
+                     if k not in specs or specs[k].required or v != specs[k].default)
     return f"{enc.name}: {what}\n({opts})"
 
 
