@@ -107,13 +107,20 @@ def test_from_hf_config_reads_the_options() -> None:
     off = from_hf_config({**LLAMA4, "attn_temperature_tuning": False, "floor_scale": 16},
                          layer_type=0)
     assert off == per.get_encoder("rotary", dim=8, theta=5e5, layout="interleaved")
+    # Llama-4-Scout's released config.json: "attn_temperature_tuning": 4 (transformers 4.x's
+    # default), read as Llama4TextAttention's `if self.attn_temperature_tuning` reads it
+    scout = from_hf_config({**LLAMA4, "attn_temperature_tuning": 4}, layer_type=0)
+    assert scout == bare
+    assert from_hf_config({**LLAMA4, "attn_temperature_tuning": 0}, layer_type=0) == off
     # families that never read the keys ignore them, as their code does
     llama = from_hf_config({"model_type": "llama", "head_dim": 8, "attn_temperature_tuning": True})
     assert llama.options["attn_temperature_tuning"] is False
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("attn_temperature_tuning", 1, "attn_temperature_tuning=1 must be true or false"),
+    ("attn_temperature_tuning", "true", "attn_temperature_tuning='true' must be true, false or "
+                                       "an integer"),
+    ("attn_temperature_tuning", 1.0, "attn_temperature_tuning=1.0 must be true, false"),
     ("floor_scale", 0, "floor_scale=0 must be a number > 0"),
     ("floor_scale", "8192", "floor_scale='8192' must be a finite number > 0"),
     ("attn_scale", float("inf"), "attn_scale=inf must be a finite number"),
@@ -179,3 +186,19 @@ def test_transformers_llama4_queries(backend: Any) -> None:
     eps = torch.finfo(torch.float32).eps
     torch.testing.assert_close(seen[-1], want, rtol=4 * eps, atol=0)
     assert not torch.all(scale == 1.0)  # the positions reach the steps of floor_scale=4
+
+
+def test_negative_positions_are_refused(backend: Any) -> None:
+    """Below -1 the formula is -inf or NaN: an error naming the minimum, never a silent NaN."""
+    enc = _enc(floor_scale=4)
+    with pytest.raises(ValueError, match="positions must be >= 0 .* minimum of -5"):
+        enc.query_scale(backend.from_numpy(np.array([3, -5, 0], dtype=np.int32)))
+
+
+@pytest.mark.parametrize("floor_scale", [2.0**31, 1e12, 1e20])
+def test_floor_scale_past_the_integers(backend: Any, floor_scale: float) -> None:
+    """A floor_scale the index dtype cannot hold counts in floats: 1 below it, exactly."""
+    pos = np.array([0, 5, 2**31 - 1], dtype=np.int32)
+    got = backend.to_numpy(_enc(floor_scale=floor_scale).query_scale(backend.from_numpy(pos)))
+    # the default float32 output: one rounding of the float64 value (exact where it is 1)
+    np.testing.assert_allclose(got, reference(pos, floor_scale, 0.1), rtol=2.0**-24, atol=0)

@@ -121,6 +121,19 @@ class SeedIgnored(Table):
         return super().init(xp, seed=0, dtype=dtype, device=device)
 
 
+class ConstantDrawn(Table):
+    """Declares its table a constant (init_std 0) but draws it: the declaration would hide an
+    ignored seed, so the suite holds it to its word."""
+
+    name = "test-constant-drawn"
+
+    def init_std(self, name: str) -> float:
+        return 0.0
+
+    def init(self, xp: Any, *, seed: int = 0, dtype: Any = None, device: Any = None) -> Any:
+        return Table().init(xp, seed=seed, dtype=dtype, device=device)
+
+
 class DtypeIgnored(Table):
     name = "test-dtype-ignored"
 
@@ -142,9 +155,10 @@ def test_a_correct_bounded_table_passes_the_new_checks(backend_name: str) -> Non
 
 @pytest.mark.parametrize(("enc", "check", "says"), [
     (SeedIgnored(), "check_init_seed", "the seed is ignored"),
+    (ConstantDrawn(), "check_init_seed", "declared constant (init_std 0)"),
     (DtypeIgnored(), "check_init_placement", "of dtype"),
     (Wrapping(), "check_out_of_range_raises", "wrapped or clamped"),
-], ids=["seed", "dtype", "wrap"])
+], ids=["seed", "constant", "dtype", "wrap"])
 def test_init_and_bounds_bugs_are_caught(enc: per.Encoder, check: str, says: str,
                                          backend_name: str) -> None:
     failed = failing(enc, backend_name, check)

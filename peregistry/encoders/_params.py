@@ -49,7 +49,13 @@ class Params:
         dtype = resolve_dtype(self.name, backend, dtype, device)
         return {
             key: backend.random_normal(shape, seed=seed + i, std=self.init_std(key),
-                                       mean=self.init_mean(key),
+                                       **_mean(self.init_mean(key)),
                                        dtype=dtype, device=device)
             for i, (key, shape) in enumerate(shapes.items())
         }
+
+
+def _mean(mean: float) -> dict[str, float]:
+    """``mean=`` for :meth:`Backend.random_normal` only when it is not 0: a backend written
+    before the argument existed keeps working for every encoder that does not use it."""
+    return {"mean": mean} if mean else {}

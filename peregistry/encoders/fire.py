@@ -63,12 +63,16 @@ class Fire(LearnedParams, BiasEncoder):
 
     def init_std(self, name: str) -> float:
         # nn.Linear's U(-1/sqrt(fan_in), 1/sqrt(fan_in)) has variance 1/(3·fan_in)
-        fan_in = {"w1": 1, "b1": 1, "w2": int(self._values["mlp_width"]),
-                  "b2": int(self._values["mlp_width"])}.get(name)
-        return 0.0 if fan_in is None else 1.0 / math.sqrt(3.0 * fan_in)
+        if name in ("c", "L_multiplier"):
+            return 0.0  # constants (init_mean)
+        width = int(self._values["mlp_width"])
+        fan_in = {"w1": 1, "b1": 1, "w2": width, "b2": width}[name]
+        return 1.0 / math.sqrt(3.0 * fan_in)
 
     def init_mean(self, name: str) -> float:
-        return {"c": float(self._values["init_c"]), "L_multiplier": 1.0}.get(name, 0.0)
+        if name in ("w1", "b1", "w2", "b2"):
+            return 0.0
+        return {"c": float(self._values["init_c"]), "L_multiplier": 1.0}[name]
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
         xp = ctx.xp

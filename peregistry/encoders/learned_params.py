@@ -19,7 +19,8 @@ def init_params(enc: Encoder, xp: Any, *, seed: int = 0, dtype: Any = None,
     """Fresh params of ``enc`` (one array per :meth:`~Encoder.param_shapes` entry) in namespace
     ``xp``, float32-exact: the same numbers for one seed on every backend and in every dtype.
 
-    Each parameter ``i`` (in ``param_shapes`` order) is drawn from ``N(0, enc.init_std(key)²)``
+    Each parameter ``i`` (in ``param_shapes`` order) is drawn from
+    ``N(enc.init_mean(key), enc.init_std(key)²)``
     by NumPy's PCG64 with seed ``seed + i`` (as :meth:`Encoder.init`), rounded to float32, and
     cast to ``dtype`` (default: the namespace's default float dtype). So float32, float64 and
     JAX without x64 all hold the same values, which the conformance suite's float64 reference

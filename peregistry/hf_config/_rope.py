@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._conventions import conventions_of
-from ._values import ConfigError, boolean, integer, integers, number
+from ._values import ConfigError, flag, integer, integers, number
 
 __all__ = ["ConfigError", "rotary_options"]
 
@@ -219,7 +219,7 @@ def temperature(config: Mapping[str, Any], defaults: Mapping[str, Any] | None,
     def read(key: str) -> Any:
         value = config.get(key)
         return defaults[key] if value is None else value
-    if not boolean(read("attn_temperature_tuning"), "attn_temperature_tuning", where):
+    if not flag(read("attn_temperature_tuning"), "attn_temperature_tuning", where):
         return {}
     return {"attn_temperature_tuning": True,
             "floor_scale": number(read("floor_scale"), "floor_scale", where),

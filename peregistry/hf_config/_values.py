@@ -45,11 +45,13 @@ def number(value: Any, key: str, where: str, *, positive: bool = True) -> float:
     return float(value)
 
 
-def boolean(value: Any, key: str, where: str) -> bool:
-    """``value`` as a bool: JSON's ``true``/``false`` only (``1`` or ``"true"`` are refused)."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {key}={_shown(value)} must be true or false")
-    return value
+def flag(value: Any, key: str, where: str) -> bool:
+    """``value`` as the truth a model's ``if config.key:`` reads: ``true``/``false`` or an
+    integer (Llama 4's released configs carry ``"attn_temperature_tuning": 4``, a transformers
+    4.x default); strings, floats and the rest are refused."""
+    if not isinstance(value, int):  # bool is an int
+        raise ConfigError(f"{where}: {key}={_shown(value)} must be true, false or an integer")
+    return bool(value)
 
 
 def mapping(value: Any, key: str, where: str) -> Mapping[str, Any]:

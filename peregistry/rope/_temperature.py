@@ -8,11 +8,13 @@ transformers 5.23 ``modeling_llama4.Llama4TextAttention.forward``)::
 keeps the softmax of long contexts from flattening. A rotary encoder carries it as options
 (``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``) and gives the factors through
 :meth:`~peregistry.rope.encoder.RotaryEncoder.query_scale`; like ``softmax_scale_factor`` it is a
-factor the model applies, never part of ``rotate``.
+factor the model applies, never part of ``rotate`` (and Llama 4 applies it to its NoPE layers,
+not to the layers the encoder rotates).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..encoders.context import resolve_dtype
@@ -34,14 +36,22 @@ def query_scale(enc: RotaryEncoder, positions: Any, *, dtype: Any) -> Any:
     if not values.get("attn_temperature_tuning"):
         return xp.ones(enc._position_batch_shape(pos), dtype=out_dtype, device=ctx.device)
     floor_scale, attn_scale = float(values["floor_scale"]), float(values["attn_scale"])
-    if xp.isdtype(pos.dtype, "integral") and floor_scale.is_integer():
+    if not ctx.backend.is_tracing(pos) and math.prod(pos.shape) and bool(xp.any(pos < 0)):
+        # log1p(floor((p + 1)/s)) is -inf or NaN below -1: the formula is for cache positions
+        low = xp.min(pos)
+        shown = int(low) if xp.isdtype(pos.dtype, "integral") else float(low)
+        raise ValueError(f"{enc.name}: query_scale positions must be >= 0 (cache positions; "
+                         f"log1p(floor((p + 1)/floor_scale)) is not finite below), got a "
+                         f"minimum of {shown}")
+    wide = wide_int(xp)
+    if (xp.isdtype(pos.dtype, "integral") and floor_scale.is_integer()
+            and floor_scale <= xp.iinfo(wide).max // 2):
         # In integers, exact at any position: floor((p + 1)/s) = (p - (s - 1)) // s + 1, which
         # cannot overflow where p + 1 would (p = 2**31 - 1 in int32).
         s = int(floor_scale)
-        wide = wide_int(xp)
         p = pos if pos.dtype == wide else xp.astype(pos, wide)
         count = xp.astype((p - (s - 1)) // s + 1, ctx.wide)
-    else:
+    else:  # real positions, or a floor_scale past the integers (the count is 0 below it)
         p = pos if pos.dtype == ctx.wide else xp.astype(pos, ctx.wide)
         count = xp.floor((p + 1.0) / floor_scale)
     return xp.astype(xp.log1p(count) * attn_scale + 1.0, out_dtype)

@@ -158,7 +158,8 @@ class RotaryEncoder(Encoder):
         """Factors ``(*positions.shape,)`` the model multiplies its queries by, of ``dtype``
         (default: the namespace's default float): 1 unless the encoder sets Llama 4's attention
         temperature (``attn_temperature_tuning``; :mod:`peregistry.rope._temperature`), which
-        Llama 4 applies to the queries of its NoPE layers. Never part of :meth:`rotate`."""
+        Llama 4 applies to the queries of its NoPE layers only, not to the layers this encoder
+        rotates. Never part of :meth:`rotate`; positions must be >= 0 (cache positions)."""
         return _temperature.query_scale(self, positions, dtype=dtype)
 
     def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:

@@ -24,9 +24,14 @@ def check_init_seed(case: Case) -> None:
     dtype)."""
     import numpy as np
 
+    stds = {key: case.encoder.init_std(key) for key in case.encoder.param_shapes()}
     for name in case.float_dtypes:
         a, b = _init(case, 3, name), _init(case, 3, name)
         other = _init(case, 4, name)
+        if any(stds.values()) and all(
+                np.array_equal(case.to_numpy(a[k]), case.to_numpy(other[k])) for k in a):
+            raise CheckFailure(f"init(seed=3) and init(seed=4) gave equal params in {name}: "
+                               f"the seed is ignored")
         ref = _init(case, 3, "float64", xp=np)
         for key in a:
             ga, gb, go = (case.to_numpy(p[key]) for p in (a, b, other))
@@ -34,9 +39,12 @@ def check_init_seed(case: Case) -> None:
                 raise CheckFailure(f"init(seed=3) twice gave different {key!r} in {name}: "
                                    f"max difference {_err(ga, gb):.3g}, but should be equal")
             # (a parameter declared constant, init_std 0, starts at init_mean for every seed)
-            if ga.size and case.encoder.init_std(key) != 0 and np.array_equal(ga, go):
+            if ga.size and stds[key] != 0 and np.array_equal(ga, go):
                 raise CheckFailure(f"init(seed=3) and init(seed=4) gave equal {key!r} in {name}: "
                                    f"the seed is ignored")
+            if stds[key] == 0 and ga.size and not np.all(ga == ga.ravel()[0]):
+                raise CheckFailure(f"params[{key!r}] is declared constant (init_std 0) but "
+                                   f"init(seed=3) gave different values in {name}")
             want = np.asarray(ref[key], dtype=np.float64)
             tol = case.tolerance(name, steps=1, scale=float(np.max(np.abs(want), initial=1.0)))
             if ga.shape != want.shape or _err(ga, want) > tol:

@@ -25,19 +25,6 @@ SELECTED = [b.name for b in selected_backends()]
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 
 
-@pytest.fixture(params=SELECTED)
-def backend(request: pytest.FixtureRequest) -> Any:
-    from peregistry.registry import default_registry
-
-    b = default_registry.backend(request.param)
-    importlib.import_module(b.name)
-    return b
-
-
-def _wide(backend: Any) -> str:
-    return "float64" if "float64" in backend.float_dtypes() else "float32"
-
-
 def ref_mixed(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray) -> np.ndarray:
     """The paper's eq. (RoPE-Mixed), pair by pair in float64: head h, pair j (features
     h·hd + 2j, h·hd + 2j + 1) turns by x·freqs[0, h, j] + y·freqs[1, h, j]."""
@@ -66,9 +53,10 @@ def axial_freqs(heads: int, hd: int, temperature: float = 10.0) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("dim", "heads"), [(32, 2), (24, 3), (8, 1)])
-def test_learned_frequencies_match_the_paper(backend: Any, dim: int, heads: int) -> None:
+def test_learned_frequencies_match_the_paper(backend: Any, wide: str, dim: int,
+                                            heads: int) -> None:
     enc = per.get_encoder("rope-mixed", dim=dim, num_heads=heads)
-    name = _wide(backend)
+    name = wide
     dt = backend.float_dtypes()[name]
     params = enc.init(backend.native(), seed=3, dtype=dt)
     freqs = np.asarray(backend.to_numpy(params["freqs"]), dtype=np.float64)
@@ -92,10 +80,10 @@ def test_learned_frequencies_match_the_paper(backend: Any, dim: int, heads: int)
                                   got)
 
 
-def test_without_params_is_axial_rope(backend: Any) -> None:
+def test_without_params_is_axial_rope(backend: Any, wide: str) -> None:
     """params=None: the angle-0 init, RoPE-Axial = axial-rotary(dims=(hd/2, hd/2)) per head."""
     enc = per.get_encoder("rope-mixed", dim=24, num_heads=3, temperature=100.0)
-    name = _wide(backend)
+    name = wide
     dt = backend.float_dtypes()[name]
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 20, 24))
@@ -116,9 +104,9 @@ def test_without_params_is_axial_rope(backend: Any) -> None:
     np.testing.assert_allclose(learned, got, rtol=0, atol=tol)
 
 
-def test_offset_with_params_equals_explicit_positions(backend: Any) -> None:
+def test_offset_with_params_equals_explicit_positions(backend: Any, wide: str) -> None:
     enc = per.get_encoder("rope-mixed", dim=16, num_heads=2)
-    name = _wide(backend)
+    name = wide
     dt = backend.float_dtypes()[name]
     params = enc.init(backend.native(), seed=1, dtype=dt)
     xb = backend.from_numpy(np.random.default_rng(2).standard_normal((3, 5, 16)), dtype=dt)

@@ -26,19 +26,6 @@ EPS = {"float32": 2.0**-23, "float64": 2.0**-52}
 U32 = 2.0**-24  # float32 unit roundoff
 
 
-@pytest.fixture(params=SELECTED)
-def backend(request: pytest.FixtureRequest) -> Any:
-    from peregistry.registry import default_registry
-
-    b = default_registry.backend(request.param)
-    importlib.import_module(b.name)
-    return b
-
-
-def _wide(backend: Any) -> str:
-    return "float64" if "float64" in backend.float_dtypes() else "float32"
-
-
 # -- the formula, written out from the models' code -----------------------------------------------
 def bands(name: str, opts: dict[str, Any]) -> tuple[int, int, int]:
     """(d_t, d_h, d_w) as each model's original code splits the head."""
@@ -86,13 +73,13 @@ FORMULA_CASES = [
 
 
 @pytest.mark.parametrize(("name", "opts"), FORMULA_CASES)
-def test_matches_the_formula_in_float64(backend: Any, name: str, opts: dict[str, Any]) -> None:
+def test_matches_the_formula_in_float64(backend: Any, wide: str, name: str,
+                                       opts: dict[str, Any]) -> None:
     """rotate and cos_sin at integer and real positions equal the formula in float64 NumPy."""
     enc: Any = per.get_encoder(name, **opts)
     dims, theta = bands(name, opts), float(opts.get("theta", default_theta(name)))
     assert enc.axes_dims == dims
     dim = sum(dims)
-    wide = _wide(backend)
     dt = backend.float_dtypes()[wide]
     rng = np.random.default_rng(0)
     n = 40
@@ -184,9 +171,10 @@ def test_cogvideox_positions() -> None:
 
 
 def test_options_are_validated_with_clear_errors() -> None:
-    with pytest.raises(ValueError, match="wan-rope: option 'dim' must be a positive even "
-                                         "integer, got 7"):
-        per.get_encoder("wan-rope", dim=7)
+    for dim in (7, 4):  # odd; or too small for the h and w bands (2·(dim // 6) each)
+        with pytest.raises(ValueError, match=rf"wan-rope: option 'dim' must be an even integer "
+                                             rf">= 6 \(below 6 .*\), got {dim}"):
+            per.get_encoder("wan-rope", dim=dim)
     with pytest.raises(ValueError, match=r"cogvideox-rope: option 'dim' must be a positive "
                                          r"multiple of 16 .*, got 72"):
         per.get_encoder("cogvideox-rope", dim=72)

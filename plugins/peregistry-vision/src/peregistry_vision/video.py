@@ -235,8 +235,9 @@ class WanRope(_VideoRope):
     summary = "Wan 2.1/2.2 3-D video RoPE (diffusers WanRotaryPosEmbed), (t, h, w) positions"
     __slots__ = ()
 
-    dim = per.Option(int, 128, allowed="a positive even integer",
-                     check=lambda d: d > 0 and d % 2 == 0,
+    dim = per.Option(int, 128, allowed="an even integer >= 6 (below 6 the h and w bands, "
+                                       "2·(dim // 6) each, are empty)",
+                     check=lambda d: d >= 6 and d % 2 == 0,
                      doc="attention head dim (attention_head_dim; 128 in every Wan 2.1/2.2)")
     theta = per.Option(float, 10000.0, allowed=_THETA_ALLOWED, check=_theta_ok,
                        doc="frequency base θ of every axis")
