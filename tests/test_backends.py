@@ -127,7 +127,8 @@ def test_convert_preserves_bfloat16_and_detaches_torch() -> None:
     import jax.numpy as jnp
     import torch
 
-    t = torch.nn.Parameter(torch.randn(4, 2).to(torch.bfloat16))
+    t = torch.nn.Parameter(torch.randn(4, 2, generator=torch.Generator().manual_seed(0))
+                           .to(torch.bfloat16))
     j = per.convert({"w": t}, jnp)["w"]
     assert j.dtype == jnp.bfloat16
     back = per.convert({"w": j}, torch)["w"]

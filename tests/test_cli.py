@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_matplotlib
 
 import peregistry as per
 from peregistry.cli import main, parse_option_value, parse_positions
@@ -543,7 +544,7 @@ def test_plugin_example_options_fill_show_check_and_plot(capsys: pytest.CaptureF
     code, out, _ = run(capsys, "check", "cli-tiles", "--backend", "numpy",
                        "--option", "sections=1,1", "--option", "width=2")
     assert code == 0, out
-    pytest.importorskip("matplotlib")
+    require_matplotlib()
     code, out, err = run(capsys, "plot", "cli-tiles", "--length", "4", "-o", str(tmp_path / "t.png"))
     assert code == 0, err
     assert "get_encoder('cli-tiles', sections=(1, 2), width=3, scaling=None)" in out

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
+from conftest import require_matplotlib
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
@@ -240,7 +241,7 @@ def test_checker_finds_what_breaks_a_page(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_draw_images_check_names_stale_missing_and_extra_images(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (the docs extra)")
+    require_matplotlib()
     import numpy as np
     from PIL import Image
 

@@ -29,6 +29,12 @@ EPS32 = float(np.finfo(np.float32).eps)
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _rng_from_its_seed() -> None:
+    """Each test draws the same numbers whatever ran before it (a failure replays alone, -k)."""
+    RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
+
+
 def tensor(shape: tuple[int, ...]) -> Any:
     return keras.ops.convert_to_tensor(RNG.standard_normal(shape).astype("float32"))
 

@@ -420,7 +420,7 @@ def test_torch_kernel_is_skipped_where_it_does_not_apply(torch: Any, kernel: Any
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=32)
-    x = torch.randn(2, 16, 4, 32)
+    x = torch.randn(2, 16, 4, 32, generator=torch.Generator().manual_seed(0))
     calls = _native_calls(monkeypatch, kernel)
     for arg in (x.transpose(1, 2), x.to(torch.float16), x._neg_view()):
         fast = enc.rotate(arg)
@@ -434,7 +434,7 @@ def test_torch_kernel_under_grad_and_compile_is_not_used(torch: Any, kernel: Any
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=32)
-    x = torch.randn(2, 4, 32, requires_grad=True)
+    x = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(1), requires_grad=True)
     calls = _native_calls(monkeypatch, kernel)
     y = enc.rotate(x)
     y.sum().backward()
@@ -451,7 +451,7 @@ def test_hf_llama_bit_for_bit_through_the_kernel(torch: Any, kernel: Any,
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=128)
-    q = torch.randn(1, 8, 1024, 128)
+    q = torch.randn(1, 8, 1024, 128, generator=torch.Generator().manual_seed(2))
     calls = _native_calls(monkeypatch, kernel)
     ours = enc.rotate(q)
     assert len(calls) == 1
@@ -465,7 +465,7 @@ _FAKE_AND_FUNCTIONAL = r"""
 import torch, peregistry as per, peregistry.rope
 from torch._subclasses.fake_tensor import FakeTensorMode
 enc = per.get_encoder("rotary", dim=64)
-x = torch.randn(2, 4, 8, 64)
+x = torch.randn(2, 4, 8, 64, generator=torch.Generator().manual_seed(0))
 with FakeTensorMode() as m:
     y = enc.rotate(m.from_tensor(x))
     assert type(y).__name__ == "FakeTensor" and y.shape == x.shape, y
@@ -493,7 +493,8 @@ def test_forward_mode_ad_keeps_the_tangent(torch: Any, kernel: Any) -> None:
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=16)
-    x, t = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    gen = torch.Generator().manual_seed(3)
+    x, t = torch.randn(2, 8, 16, generator=gen), torch.randn(2, 8, 16, generator=gen)
     with fwad.dual_level():
         tangent = fwad.unpack_dual(enc.rotate(fwad.make_dual(x, t))).tangent
     assert tangent is not None
@@ -505,7 +506,7 @@ def test_narrow_integer_positions_are_positions_not_masks(torch: Any, dtype: str
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=16)
-    x = torch.randn(1, 1024, 16)
+    x = torch.randn(1, 1024, 16, generator=torch.Generator().manual_seed(4))
     p = torch.ones(1024, dtype=getattr(torch, dtype))
     assert torch.equal(enc.rotate(x, p), enc.rotate(x, p.long()))
 
@@ -517,8 +518,9 @@ def test_float64_x_with_float32_tables_rotates_in_float64(torch: Any, kernel: An
     left out."""
     from peregistry.rope import _torch
 
-    x = torch.randn(2, 4, 64, 64, dtype=torch.float64)
-    ang = torch.rand(64, 32, dtype=torch.float64) * 8 - 4
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 64, 64, dtype=torch.float64, generator=gen)
+    ang = torch.rand(64, 32, dtype=torch.float64, generator=gen) * 8 - 4
     c, s = ang.cos().float(), ang.sin().float()
     calls = _native_calls(monkeypatch, kernel)
     got = _torch.rotate(x, c, s, rotary_dim=64, interleaved=False)
@@ -531,7 +533,7 @@ def test_inference_mode_tables_serve_training_later(torch: Any) -> None:
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=64)
-    x = torch.randn(2, 4, 8, 64)
+    x = torch.randn(2, 4, 8, 64, generator=torch.Generator().manual_seed(6))
     with torch.inference_mode():
         enc.rotate(x, offset=3)
         enc.rotate(x, torch.arange(8))
@@ -548,7 +550,7 @@ def test_bfloat16_nan_bits_match_torch(torch: Any, kernel: Any,
     import peregistry as per
 
     enc = per.get_encoder("rotary", dim=64)
-    x = torch.randn(2, 4, 64, 64)
+    x = torch.randn(2, 4, 64, 64, generator=torch.Generator().manual_seed(7))
     x[0, 0, 0, 0], x[0, 0, 1, 3], x[0, 0, 2, 5] = float("nan"), -float("nan"), float("inf")
     xb = x.to(torch.bfloat16)
     fast = enc.rotate(xb)

@@ -30,12 +30,7 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def _matplotlib() -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib not installed (the docs extra)")
-
-
-@pytest.mark.usefixtures("_matplotlib")
+@pytest.mark.usefixtures("needs_matplotlib")
 @pytest.mark.parametrize(("name", "flags", "kind"), CASES,
                          ids=[f"{n}-{k or 'default'}" for n, _, k in CASES])
 def test_plot_writes_png(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
@@ -51,7 +46,7 @@ def test_plot_writes_png(tmp_path: Path, capsys: pytest.CaptureFixture[str], nam
     assert f"wrote {out}" in stdout
 
 
-@pytest.mark.usefixtures("_matplotlib")
+@pytest.mark.usefixtures("needs_matplotlib")
 @pytest.mark.parametrize(("name", "kind", "fragment"), [
     ("alibi", "decay", "does not apply to alibi (bias); it has: bias"),
     ("rotary", "ids", "does not apply to rotary (rotary); it has: angles, decay"),
@@ -103,7 +98,7 @@ def test_plot_help_lists_the_encoders_options(capsys: pytest.CaptureFixture[str]
     assert "ints 1,2,3" in out
 
 
-@pytest.mark.usefixtures("_matplotlib")
+@pytest.mark.usefixtures("needs_matplotlib")
 def test_angles_show_each_features_axis_for_split_pairs() -> None:
     """With ``feature_axes`` (HunYuan-VL's XD-RoPE) a pair's second feature may turn by another
     axis: the angles plot marks each axis's second features too, at ω_i (RoFormer's

@@ -597,8 +597,9 @@ def test_torch_parameters_are_read_eagerly_and_fake_ones_are_not() -> None:
     from peregistry.registry import default_registry
 
     b = default_registry.backend("torch")
-    assert not b.is_tracing(torch.nn.Parameter(torch.randn(3)))
-    fake = torch.nn.Parameter(FakeTensorMode().from_tensor(torch.randn(3)))
+    gen = torch.Generator().manual_seed(0)
+    assert not b.is_tracing(torch.nn.Parameter(torch.randn(3, generator=gen)))
+    fake = torch.nn.Parameter(FakeTensorMode().from_tensor(torch.randn(3, generator=gen)))
     assert b.is_tracing(fake)
     # and a model's bias from Parameter params equals the one from plain tensors
     enc: Any = per.get_encoder("t5", num_heads=2)

@@ -197,7 +197,7 @@ from peregistry.backends._torch import TorchBackend
 from peregistry.rope import _torch
 assert TorchBackend().owns(torch.zeros(1)) and _torch.MATERIALIZE.op is None, "owns() defined it"
 enc = per.get_encoder("rotary", dim=16)
-x = torch.randn(2, 5, 16)
+x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
 errors, barrier = [], threading.Barrier(16)
 def work():
     try:
