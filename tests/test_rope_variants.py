@@ -8,6 +8,7 @@ here on the last ones)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from conftest import BACKENDS
 import peregistry as per
 from peregistry.rope import RotaryTables
 from peregistry.testing import Case, parametrize_with_checks
+from peregistry.testing._core import EPS
 
 needs_hf = pytest.mark.skipif("torch" not in BACKENDS,
                               reason="compared with transformers in the torch env")
@@ -52,8 +54,17 @@ def _as_run(backend: Any, x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=wide).astype(np.float64)
 
 
-def _tol(backend: Any, scale: float) -> float:
-    return (1e-12 if "float64" in backend.float_dtypes() else 2e-5) * 64 * scale
+def _eps(backend: Any) -> float:
+    """The unit roundoff of the dtype :func:`_run` computes in (float32 without float64)."""
+    return EPS["float64" if "float64" in backend.float_dtypes() else "float32"]
+
+
+def _tol(backend: Any, x: np.ndarray, *, max_angle: float) -> float:
+    """How far a rotation of ``x`` computed in :func:`_run`'s dtype may be from the float64
+    reference: each angle ``p·ω`` (``ω <= 1`` here) rounded in that dtype is off by up to
+    ``max_angle·eps``, which moves a pair by its length (at most ``√2·max|x|``) times that; the
+    cast of ``x``, cos/sin and the rotation's two products and sum add a few more ulps (16)."""
+    return _eps(backend) * math.sqrt(2) * float(np.abs(x).max()) * (max_angle + 16)
 
 
 # -- proportional (Gemma 4) -----------------------------------------------------------------------
@@ -74,7 +85,8 @@ def test_proportional_rotates_the_first_pairs_of_the_half_layout(backend: Any) -
     pos = np.arange(9) * 37
     inv = np.array([1e6 ** (-2 * i / 16) if i < 2 else 0.0 for i in range(8)])
     out = _run(backend, e, x, pos)
-    np.testing.assert_allclose(out, ref_rotate(x, pos, inv), atol=_tol(backend, 4.0), rtol=0)
+    np.testing.assert_allclose(out, ref_rotate(x, pos, inv), rtol=0,
+                               atol=_tol(backend, x, max_angle=pos.max()))
     still = [2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15]  # pairs (2, 10) ... (7, 15) do not turn
     np.testing.assert_array_equal(out[..., still], _as_run(backend, x)[..., still])
     assert np.abs(out[..., [0, 1, 8, 9]] - x[..., [0, 1, 8, 9]]).max() > 0.1
@@ -144,7 +156,7 @@ def test_mrope_partial_rotary(backend: Any, interleaved: bool) -> None:
         part = ref_rotate(x[..., :16], pos[a], one)
         want[..., [i, i + 8]] = part[..., [i, i + 8]]
     out = _run(backend, e, x, pos)
-    np.testing.assert_allclose(out, want, atol=_tol(backend, 4.0), rtol=0)
+    np.testing.assert_allclose(out, want, atol=_tol(backend, x, max_angle=pos.max()), rtol=0)
     np.testing.assert_array_equal(out[..., 16:], _as_run(backend, x)[..., 16:])
 
 
@@ -162,7 +174,8 @@ def test_mrope_pair_axes(backend: Any) -> None:
         one[i] = inv[i]
         part = ref_rotate(x, pos[a], one, interleaved=True)
         want[..., [2 * i, 2 * i + 1]] = part[..., [2 * i, 2 * i + 1]]
-    np.testing.assert_allclose(_run(backend, e, x, pos), want, atol=_tol(backend, 4.0), rtol=0)
+    np.testing.assert_allclose(_run(backend, e, x, pos), want, rtol=0,
+                               atol=_tol(backend, x, max_angle=pos.max()))
 
 
 @pytest.mark.parametrize(("options", "pattern"), [
@@ -226,8 +239,10 @@ def test_last_features_rotate(backend: Any, name: str, layout: str) -> None:
     np.testing.assert_array_equal(out[..., :12], _as_run(backend, x)[..., :12])
     inv = np.array([1e4 ** (-2 * i / 8) for i in range(4)])
     want = ref_rotate(x[..., 12:], pos, inv, interleaved=layout == "interleaved")
-    np.testing.assert_allclose(out[..., 12:], want, atol=_tol(backend, 4.0), rtol=0)
-    np.testing.assert_allclose(np.sum(out**2, -1), np.sum(x**2, -1), rtol=_tol(backend, 1.0))
+    tol = _tol(backend, x[..., 12:], max_angle=pos.max())
+    np.testing.assert_allclose(out[..., 12:], want, atol=tol, rtol=0)
+    # a rotation by any angle keeps norms: only the cast, cos/sin and the products' roundings
+    np.testing.assert_allclose(np.sum(out**2, -1), np.sum(x**2, -1), rtol=16 * _eps(backend))
     # the tables' path and the cos_sin table agree with rotate
     xb = backend.from_numpy(x)
     pb = backend.from_numpy(ids)
@@ -238,7 +253,7 @@ def test_last_features_rotate(backend: Any, name: str, layout: str) -> None:
     xr = x[..., 12:]
     rot = (np.stack((-xr[..., 1::2], xr[..., 0::2]), -1).reshape(xr.shape)
            if layout == "interleaved" else np.concatenate((-xr[..., 4:], xr[..., :4]), -1))
-    np.testing.assert_allclose(out[..., 12:], xr * cos + rot * sin, atol=_tol(backend, 8.0))
+    np.testing.assert_allclose(out[..., 12:], xr * cos + rot * sin, atol=tol, rtol=0)
 
 
 def test_last_features_with_the_whole_head_is_first(backend: Any) -> None:
@@ -286,10 +301,10 @@ def test_negative_direction(backend: Any, layout: str) -> None:
     inv = np.array([1e4 ** (-2 * i / 16) for i in range(8)])
     out = _run(backend, neg, x, pos)
     want = ref_rotate(x, pos, inv, interleaved=layout == "interleaved", sign=-1.0)
-    np.testing.assert_allclose(out, want, atol=_tol(backend, 4.0), rtol=0)
+    np.testing.assert_allclose(out, want, atol=_tol(backend, x, max_angle=pos.max()), rtol=0)
     pos_enc = per.get_encoder("rotary", dim=16, layout=layout)
-    back = _run(backend, pos_enc, out, pos)
-    np.testing.assert_allclose(back, x, atol=_tol(backend, 8.0), rtol=0)
+    back = _run(backend, pos_enc, out, pos)  # two rotations: twice the angles' error
+    np.testing.assert_allclose(back, x, atol=_tol(backend, x, max_angle=2 * pos.max()), rtol=0)
 
 
 def test_direction_error() -> None:
