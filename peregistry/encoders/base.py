@@ -59,6 +59,9 @@ class Encoder(Examples, Params):
         ``{check name: reason}``: laws of its kind it legitimately breaks (docs/conformance.md).
     ``continuous``
         True if real-valued positions are meaningful.
+    ``float64_reference``
+        optional ``(self, inputs, params) -> ndarray``: the output in float64 NumPy by code
+        independent of the encoder's (the paper's formula), checked by ``check_matches_reference``.
 
     Options: attributes that are :class:`~peregistry.Option` instances.
 
@@ -74,6 +77,7 @@ class Encoder(Examples, Params):
     properties: ClassVar[frozenset[str]] = frozenset()
     exempt_checks: ClassVar[Mapping[str, str]] = MappingProxyType({})
     continuous: ClassVar[bool] = False
+    float64_reference: ClassVar[Callable[..., Any] | None] = None
     _option_specs: ClassVar[dict[str, Option]] = {}
 
     __slots__ = ("_cache", "_hash", "_key", "_services", "_values")

@@ -42,6 +42,21 @@ def sinusoidal_frequencies(dim: int, base: float) -> Frequencies:
     return Frequencies.from_omega(omega)
 
 
+def _vaswani(enc: AbsoluteEncoder, inputs: Mapping[str, Any], params: Any) -> Any:
+    """§3.5 in float64 NumPy, written apart from :meth:`Sinusoidal._encode` (its
+    ``float64_reference``, which ``check_matches_reference`` holds every backend to)."""
+    import numpy as np
+
+    d, base = int(enc.options["dim"]), float(enc.options["base"])
+    p = np.asarray(inputs["positions"], dtype=np.float64)[..., None]
+    angle = p / np.power(base, np.arange(0, d, 2, dtype=np.float64) / d)
+    if enc.options["layout"] == "split":
+        return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1)
+    out = np.empty((*angle.shape[:-1], d))
+    out[..., 0::2], out[..., 1::2] = np.sin(angle), np.cos(angle)
+    return out
+
+
 class Sinusoidal(AbsoluteEncoder):
     """Fixed sine/cosine encoding of Vaswani et al. 2017 (interleaved or split layout)."""
 
@@ -57,6 +72,7 @@ class Sinusoidal(AbsoluteEncoder):
                   check=lambda b: b > 0 and b != 1.0, doc="wavelength base (10000 in the paper)")
     layout = Option(str, "interleaved", choices=("interleaved", "split"),
                     doc="'interleaved' = sin,cos,sin,cos...; 'split' = all sines, then cosines")
+    float64_reference = _vaswani
 
     def _validate(self) -> None:
         # host constants of the options, made once (a trace never runs this code)

@@ -119,6 +119,8 @@ def capabilities(encoder: Encoder, backend: Backend) -> frozenset[str]:
         caps.add("continuous")
     if encoder.learned:
         caps.add("learned")
+    if type(encoder).float64_reference is not None:
+        caps.add("reference")
     if backend.jit(lambda: None) is not None:
         caps.add("jit")
     if backend.grad(lambda p: None) is not None:

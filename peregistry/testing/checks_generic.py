@@ -68,11 +68,36 @@ def check_shapes(case: Case) -> None:
 
 @check()
 def check_matches_float64_numpy(case: Case) -> None:
-    """Every dtype agrees with the float64 NumPy result within a tolerance set by the dtype."""
+    """Every dtype on this backend agrees with the encoder's own float64 NumPy result within a
+    tolerance set by the dtype: agreement across backends and dtypes, not the formula (an
+    encoder's ``float64_reference`` is that: :func:`check_matches_reference`)."""
+    probe = sample(case)
+    _compare(case, probe, reference(case, probe), "float64 NumPy")
+
+
+@check(requires={"reference"})
+def check_matches_reference(case: Case) -> None:
+    """Every dtype agrees with the encoder's ``float64_reference``, code independent of the
+    encoder's (the paper's formula in float64 NumPy), within a tolerance set by the dtype."""
     import numpy as np
 
     probe = sample(case)
-    ref = reference(case, probe)
+    enc = case.encoder
+    inputs = {k: (np.asarray(v, dtype=np.float64) if k in probe.float_args else np.asarray(v))
+              for k, v in probe.args.items()}
+    params = None
+    if enc.learned:  # the values every case's params hold (seed 0), as the reference's
+        params = {k: np.asarray(v, dtype=np.float64)
+                  for k, v in enc.init(np, seed=0, dtype=np.float64).items()}
+    fn = type(enc).float64_reference
+    assert fn is not None
+    want = np.asarray(fn(enc, inputs, params), dtype=np.float64)
+    _compare(case, probe, want, f"{type(enc).__name__}.float64_reference")
+
+
+def _compare(case: Case, probe: Any, ref: Any, what: str) -> None:
+    import numpy as np
+
     scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
     # A continuous encoder's angle p·ω, rounded in the dtype, is off by up to |p|·eps (ω <= 1):
     # a correct float32 encoder's error grows with the positions.
@@ -84,7 +109,8 @@ def check_matches_float64_numpy(case: Case) -> None:
         tol += case.tolerance(name, steps=4, scale=scale * reach)
         err = _max_err(got, ref)
         if got.shape != ref.shape or not err <= tol:
-            raise CheckFailure(f"max |{name} - float64 NumPy| = {err:.3g}, but should be <= "
+            shapes = f" (shape {got.shape}, {what} {ref.shape})" if got.shape != ref.shape else ""
+            raise CheckFailure(f"max |{name} - {what}| = {err:.3g}{shapes}, but should be <= "
                                f"{tol:.3g}")
 
 
