@@ -4,6 +4,9 @@
 house was rebuilt) gave on each backend; this test recomputes them and compares the bits. A
 refactor must leave them unchanged; a deliberate change of numbers regenerates the files with
 ``python tests/test_golden.py`` (in an environment with every framework) and says why in its commit.
+The pins are the code's own output: ``tests/test_golden_formulas.py`` holds every pinned value of
+every file to the papers' formulas, written apart in float64 NumPy (the same cases, through
+:func:`_cases` with a stand-in for the package), so a regenerated file cannot carry a wrong value.
 
 Float64 results go through the platform's float64 ``sin``/``cos``/``pow``, which NumPy computes
 with different SIMD code on different CPUs (SVML on AVX-512, libm elsewhere): they differ by a
@@ -39,9 +42,15 @@ FLOAT64_ULPS = 64
 Case = tuple[str, Callable[[Any, Any], Any]]
 
 
-def _cases() -> Iterator[Case]:
-    """(key, fn(xp_native, asarray) -> array or tuple of arrays) for every encoder and layout."""
-    import peregistry as per
+def _cases(per: Any = None) -> Iterator[Case]:
+    """(key, fn(xp_native, asarray) -> array or tuple of arrays) for every encoder and layout.
+    ``per``: the package (by default), or a stand-in with its ``get_encoder`` whose encoders
+    compute the papers' formulas (``tests/test_golden_formulas.py``: the same cases, the same
+    inputs, computed without the package)."""
+    if per is None:
+        import peregistry
+
+        per = peregistry
 
     rng = np.random.default_rng(1234)
     x16 = rng.standard_normal((2, 3, 5, 16))

@@ -334,35 +334,45 @@ def test_torch_module_trains_two_steps_and_sees_new_values() -> None:
         torch.testing.assert_close(call(m), call(EncoderModule(enc, params=dict(m.params))))
 
 
-def test_hf_detr_learned_embedding_goes_stale_where_ours_does_not() -> None:
-    """transformers 5.23 caches ``DetrLearnedPositionEmbedding.forward`` by shape: the second
-    training step with the same shape reuses the first graph. Ours recomputes every call."""
-    pytest.importorskip("transformers", reason=HF_REASON)
-    import torch
-    from transformers.models.detr.modeling_detr import DetrLearnedPositionEmbedding
-
+def test_learned_2d_module_recomputes_its_grid_every_training_step() -> None:
+    """Three SGD steps on ``sum(grid(4, 5)**2)`` of a learned-2d ``EncoderModule``: each step's
+    grid is ``concat(col[c], row[r])`` of that step's tables, and the tables move as that loss's
+    gradient says (``2·h·col[c]`` for ``c < w``, ``2·w·row[r]`` for ``r < h``, nothing for the
+    rest), all computed here in float64 NumPy from the first tables alone. A module that kept
+    its grid by shape, as transformers 5.23's ``DetrLearnedPositionEmbedding`` does, fails
+    the second step (its second backward raises, or it returns the first step's values)."""
+    torch = pytest.importorskip("torch")
     from peregistry.torch import EncoderModule
 
-    hf = DetrLearnedPositionEmbedding(embedding_dim=4)
-    opt = torch.optim.SGD(hf.parameters(), lr=0.1)
-    failed = False
-    try:
-        for _ in range(2):
-            loss = hf((1, 3, 4, 5), "cpu", torch.float32).pow(2).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    except RuntimeError:
-        failed = True
-    ours = EncoderModule(per.get_encoder("learned-2d", height=50, width=50, dim=4))
-    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
-    for _ in range(2):
-        loss = ours.grid(4, 5).pow(2).sum()
+    h, w, dim, lr, steps = 4, 5, 4, 0.05, 3
+    m = EncoderModule(per.get_encoder("learned-2d", height=50, width=50, dim=dim), seed=6)
+    row = m.params["row"].detach().numpy().astype(np.float64)  # (the first tables: inputs)
+    col = m.params["col"].detach().numpy().astype(np.float64)
+    first_row, first_col = row[:h].copy(), col[:w].copy()
+    assert m.params["row"].dtype == torch.float32
+    # float32 training: per step, the gradient sums h (or w) float32 terms and the update
+    # rounds twice, each relative to the new value: (max(h, w) + 2) ulps, over every step
+    rtol = steps * (max(h, w) + 2) * float(np.finfo(np.float32).eps)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    for step in range(steps):
+        want = np.concatenate([np.broadcast_to(col[None, :w], (h, w, dim)),
+                               np.broadcast_to(row[:h, None], (h, w, dim))], axis=-1)
+        out = m.grid(h, w)
+        assert tuple(out.shape) == (h, w, 2 * dim) and out.dtype == torch.float32
+        np.testing.assert_allclose(out.detach().numpy(), want, rtol=rtol, atol=0,
+                                   err_msg=f"step {step}")
+        loss = out.pow(2).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    if not failed:
-        pytest.skip("this transformers version no longer goes stale")
+        col[:w] -= lr * 2 * h * col[:w]
+        row[:h] -= lr * 2 * w * row[:h]
+    np.testing.assert_allclose(m.params["col"].detach().numpy(), col, rtol=rtol, atol=0)
+    np.testing.assert_allclose(m.params["row"].detach().numpy(), row, rtol=rtol, atol=0)
+    # the steps moved the grid far beyond the tolerance (a stale grid could not pass)
+    first = np.concatenate([np.broadcast_to(first_col[None], (h, w, dim)),
+                            np.broadcast_to(first_row[:, None], (h, w, dim))], axis=-1)
+    assert np.abs(want - first).max() > 1e3 * rtol * np.abs(first).max()
 
 
 def test_torch_module_state_dict_and_to() -> None:

@@ -4,9 +4,14 @@ against a computation that keeps nothing, on every selected backend (``PEREGISTR
 In eager mode, integer positions read rows of the encoder's table of positions, kept in the one
 store of computed tables (``peregistry.rope._tables.STORE``): ``positions=None`` at an int
 ``offset`` (prefill, decode) slices it, integer ids in ``rotate`` and ``cos_sin`` gather from it.
-The reference is the same call with nothing kept (:func:`computed`: the store emptied by
-``clear_caches()`` and its budget 0, so every table is computed), or the same positions as real
-numbers (never served from a table). Checked through:
+The reference is the same call with nothing kept (:func:`computed`: the store's budget 0, which
+empties it, so every table is computed and none is kept; the budget restored after), the same
+positions as real numbers (never served from a table), or RoFormer's formula in float64 NumPy
+(:func:`formula`, written here: independent of the package's code and of anything it keeps).
+Never another encoder of equal options: it reads the same store, and compares the store with
+itself. Every test runs with the store on at its default budget (:func:`store_on`), whatever
+``PEREGISTRY_TABLE_CACHE_BYTES`` says, so the rows under test are served from it. Checked
+through:
 
 * offsets, ids and dtypes changing from call to call, decode loops making new ids every step,
   positions written in place, Python sequences, one grouped-query ``k`` after its ``q``;
@@ -26,7 +31,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,7 +51,7 @@ from peregistry.rope import (
     set_table_cache_bytes,
     table_cache_bytes,
 )
-from peregistry.rope._tables import STORE
+from peregistry.rope._tables import DEFAULT_BUDGET, STORE
 
 OPTIONS: dict[str, dict[str, Any]] = {"rotary": {"dim": 16},
                                       "mrope": {"dim": 16, "sections": (2, 3, 3)}}
@@ -56,15 +61,60 @@ def _np(backend: Any, a: Any) -> Any:
     return np.asarray(backend.to_numpy(a))
 
 
+@pytest.fixture(autouse=True)
+def store_on() -> Iterator[None]:
+    """The store at its default budget for each test (with a budget of 0 in the environment
+    the calls under test would compute, like their references, and the tests prove nothing);
+    the budget before restored after."""
+    budget = table_cache_bytes()[1]
+    set_table_cache_bytes(DEFAULT_BUDGET)
+    try:
+        yield
+    finally:
+        set_table_cache_bytes(budget)
+
+
 def computed(fn: Callable[[], Any]) -> Any:
     """``fn()`` with nothing kept: the store's budget 0 (which empties it; every table
-    computed), the budget restored after."""
+    computed, none kept, which is checked), the budget restored after."""
     budget = table_cache_bytes()[1]
     set_table_cache_bytes(0)
     try:
-        return fn()
+        out = fn()
+        assert table_cache_bytes()[0] == 0, "the reference kept tables"
+        return out
     finally:
         set_table_cache_bytes(budget)
+
+
+def formula(x: Any, pos: Any, *, theta: float = 10000.0, axes: tuple[int, ...] | None = None,
+            ) -> Any:
+    """RoFormer's rotation (Su et al. 2021, §3.4) of ``x`` ``(..., seq, d)`` in float64 NumPy,
+    half layout (pairs ``(i, i + d/2)``): pair ``i`` turns by ``p·θ^(-2i/d)``. ``pos`` broadcasts
+    against ``x.shape[:-1]``; with ``axes`` (M-RoPE) it is ``(num_axes, ...)`` and pair ``i``
+    turns with the position of axis ``axes[i]``."""
+    x = np.asarray(x, dtype=np.float64)
+    h = x.shape[-1] // 2
+    omega = theta ** (-np.arange(h, dtype=np.float64) * 2.0 / x.shape[-1])
+    p = np.asarray(pos, dtype=np.float64)
+    by_pair = p[..., None] if axes is None else np.moveaxis(p, 0, -1)[..., list(axes)]
+    angle = by_pair * omega
+    cos, sin = np.cos(angle), np.sin(angle)
+    a, b = x[..., :h], x[..., h:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def formula_tol(x: Any) -> float:
+    """How far a float32 rotation of ``x`` may be from :func:`formula`, in float32 ulps of the
+    largest pair norm ``r`` (each output element is at most ``r``): 0.5 for the tables' rounding
+    to float32, 1.5 for the two products and their sum, and the angle's error times ``r``:
+    ~2 float64 ulps of ``p·ω`` where the backend has float64 (below 1e-12 at the positions
+    here), else (JAX without x64) the reduced angle ``2π·frac(p·ω/2π)`` computed in float32,
+    a few ulps of ``π``: 16 ulps in all."""
+    x = np.asarray(x, dtype=np.float64)
+    h = x.shape[-1] // 2
+    r = float(np.max(np.hypot(x[..., :h], x[..., h:])))
+    return 16 * float(np.finfo(np.float32).eps) * r
 
 
 def _ids(name: str, values: Any) -> Any:
@@ -113,6 +163,44 @@ def test_rotate_at_offsets_and_in_another_dtype_equals_computing(backend: Any) -
         assert out.dtype == wide
         ref64 = computed(lambda: enc.rotate(x64, backend.from_numpy(np.arange(4, 7))))
         np.testing.assert_array_equal(_np(backend, out), _np(backend, ref64))
+
+
+@pytest.mark.parametrize("name", ["rotary", "mrope"])
+def test_rows_served_from_the_store_equal_the_formula(backend: Any, name: str) -> None:
+    """A prefill and decode steps at int offsets (slices of the table of positions, across its
+    first growth at 1024), integer ids (gathered rows) and one token's ids (M-RoPE: a text
+    token's row, an image token's entries), each called twice: every result equals RoFormer's
+    formula in float64 NumPy, which shares nothing with the package's tables."""
+    enc: Any = per.get_encoder(name, **OPTIONS[name])
+    axes = None if name == "rotary" else (0, 0, 1, 1, 1, 2, 2, 2)  # sections (2, 3, 3)
+    rng = np.random.default_rng(6)
+    prompt = rng.standard_normal((2, 4, 5, 16)).astype(np.float32)
+    token = rng.standard_normal((2, 4, 1, 16)).astype(np.float32)
+    one = token[:1]
+    calls: list[tuple[Any, Any, Any]] = []  # (x, positions, positions or offset to pass)
+    for x, offset in ((prompt, 0), (prompt, 1021), (token, 1023), (token, 1024), (token, 1025),
+                      (token, 3000), (token, 7)):
+        text = np.arange(offset, offset + x.shape[-2])  # (M-RoPE: every axis there)
+        calls.append((x, text if axes is None else np.stack([text] * 3), offset))
+    for x, ids in ((prompt, rng.integers(0, 3000, (2, 1, 5))),
+                   (token, np.array([[[1030]], [[5]]]))):
+        calls.append((x, _ids(name, ids), _ids(name, ids)))
+    if name == "mrope":  # one token: every axis at one position (text), or apart (an image's)
+        for axes_at in ([2000, 2000, 2000], [2001, 40, 9], [7, 7, 7]):
+            ids = np.array(axes_at).reshape(3, 1, 1, 1)
+            calls.append((one, ids, ids))
+    for x, pos, arg in calls:
+        want = formula(x, pos, axes=axes)
+        for again in (False, True):
+            if isinstance(arg, int):
+                got = enc.rotate(backend.from_numpy(x), offset=arg)
+            else:
+                got = enc.rotate(backend.from_numpy(x), backend.from_numpy(arg))
+            err = float(np.max(np.abs(_np(backend, got).astype(np.float64) - want)))
+            assert err <= formula_tol(x), (
+                f"max |rotate - formula| = {err:.3g} > {formula_tol(x):.3g} at positions "
+                f"{np.asarray(pos).ravel()[:6].tolist()}, again={again}")
+    assert table_cache_bytes()[0] > 0, "no table was kept: the store served nothing"
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -312,7 +400,7 @@ def test_a_subclass_validating_values_sees_every_call(backend: Any) -> None:
 def test_torch_positions_written_in_place_give_new_rows() -> None:
     torch = _torch()
     enc: Any = per.get_encoder("rotary", dim=16)
-    x = torch.randn(2, 4, 1, 16)
+    x = torch.randn(2, 4, 1, 16, generator=torch.Generator().manual_seed(0))
     ids = torch.tensor([[[5]], [[9]]])
     first = enc.rotate(x, ids)
     ids.fill_(7)  # in place: same object, new values
@@ -353,15 +441,15 @@ def test_one_multi_axis_token_equals_it_in_a_batch(backend: Any, name: str) -> N
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
     other = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
-    enc.rotate(backend.from_numpy(x), offset=1000)  # the table of positions exists
     tokens = [[7, 7, 7], [8, 3, 5], [9, 9, 9], [8, 3, 5], [10, 10, 10], [11, 2, 2], [0, 1500, 4],
               [3000, 5, 9], [12, 12, 12], [8, 3, 5]]
-    for axes in tokens:
+    xs = backend.from_numpy(np.concatenate([x, other], axis=2))
+    batches = [computed(lambda axes=axes: enc.rotate(xs, backend.from_numpy(np.concatenate(
+        [np.array(axes).reshape(3, 1, 1), np.full((3, 1, 1), 77)], axis=-1)))) for axes in tokens]
+    enc.rotate(backend.from_numpy(x), offset=1000)  # the table of positions exists
+    for axes, both in zip(tokens, batches, strict=True):
         ids = np.array(axes).reshape(3, 1, 1)
         got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
-        pair = np.concatenate([ids, np.full((3, 1, 1), 77)], axis=-1)
-        both = enc.rotate(backend.from_numpy(np.concatenate([x, other], axis=2)),
-                          backend.from_numpy(pair))
         np.testing.assert_array_equal(_np(backend, got), _np(backend, both)[..., :1, :],
                                       err_msg=str(axes))
     alone = computed(lambda: enc.rotate(backend.from_numpy(x), backend.from_numpy(
@@ -429,13 +517,14 @@ def test_a_plugin_mixing_axes_has_its_tokens_computed(backend: Any) -> None:
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
     other = rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    tokens = ([3, 9], [4, 4], [5, 11])
+    xs = backend.from_numpy(np.concatenate([x, other], axis=2))
+    batches = [computed(lambda axes=axes: enc.rotate(xs, backend.from_numpy(np.concatenate(
+        [np.array(axes).reshape(2, 1, 1), np.full((2, 1, 1), 40)], axis=-1)))) for axes in tokens]
     enc.rotate(backend.from_numpy(x), offset=100)  # the table of positions exists
-    for axes in ([3, 9], [4, 4], [5, 11]):
+    for axes, both in zip(tokens, batches, strict=True):
         ids = np.array(axes).reshape(2, 1, 1)
         got = enc.rotate(backend.from_numpy(x), backend.from_numpy(ids))
-        pair = np.concatenate([ids, np.full((2, 1, 1), 40)], axis=-1)
-        both = SumOfAxes().rotate(backend.from_numpy(np.concatenate([x, other], axis=2)),
-                                  backend.from_numpy(pair))
         np.testing.assert_array_equal(_np(backend, got), _np(backend, both)[..., :1, :],
                                       err_msg=str(axes))
 
@@ -444,7 +533,7 @@ def test_multi_axis_tables_keep_the_pair_axis_contiguous() -> None:
     """The tables M-RoPE computes are (..., pairs) in order, the layout torch's C kernel takes."""
     torch = _torch()
     enc: Any = per.get_encoder("mrope", **OPTIONS["mrope"])
-    tables = enc.tables(torch.randint(0, 900, (3, 2, 7)))
+    tables = enc.tables(torch.randint(0, 900, (3, 2, 7), generator=torch.Generator().manual_seed(1)))
     assert tables.cos.is_contiguous() and tables.sin.is_contiguous()
 
 
@@ -458,7 +547,7 @@ def test_tables_made_in_inference_mode_serve_training(name: str) -> None:
     those of computing."""
     torch = _torch()
     enc: Any = per.get_encoder(name, **OPTIONS[name])
-    x = torch.randn(1, 4, 1, 16)
+    x = torch.randn(1, 4, 1, 16, generator=torch.Generator().manual_seed(2))
 
     def ids(p: int) -> Any:
         return torch.as_tensor(_ids(name, np.full((1, 1, 1), p)))
@@ -486,10 +575,11 @@ def test_nothing_made_inside_torch_func_transforms_is_kept() -> None:
     clear_caches()
     mrope: Any = per.get_encoder("mrope", dim=64, sections=(8, 12, 12))
     rotary: Any = per.get_encoder("rotary", dim=64)
-    x, ids = torch.randn(1, 2, 1, 64), torch.tensor([[5], [3], [7]])
+    gen = torch.Generator().manual_seed(3)
+    x, ids = torch.randn(1, 2, 1, 64, generator=gen), torch.tensor([[5], [3], [7]])
     torch.func.jacrev(lambda g: (mrope.rotate(x, ids) * g).sum(-1))(torch.ones(64))
     torch.func.jacrev(lambda g: (rotary.rotate(x * g, offset=5)).sum(-1))(torch.ones(64))
-    torch.func.vmap(lambda xs: rotary.rotate(xs, offset=9))(torch.randn(3, 2, 1, 64))
+    torch.func.vmap(lambda xs: rotary.rotate(xs, offset=9))(torch.randn(3, 2, 1, 64, generator=gen))
     assert not any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in _stored_tensors())
     for enc, call in ((mrope, lambda: mrope.rotate(x, ids)), (rotary,
                       lambda: rotary.rotate(x, offset=5)), (rotary,
@@ -504,15 +594,15 @@ def test_compiled_calls_after_eager_ones_compile_once() -> None:
     from torch._dynamo.testing import CompileCounter
 
     enc: Any = per.get_encoder("rotary", dim=16)
-    q = torch.randn(1, 4, 1, 16)
+    q = torch.randn(1, 4, 1, 16, generator=torch.Generator().manual_seed(4))
     counter = CompileCounter()
     f = torch.compile(lambda x, pos: enc.rotate(x, pos), backend=counter, fullgraph=True)
     for step in range(6):
         enc.rotate(q, torch.tensor([[[step]]]))
         enc.rotate(q, offset=step)
         got = f(q, torch.tensor([[[step]]]))
-        torch.testing.assert_close(got, enc.rotate(q, torch.tensor([[[step]]])), rtol=0,
-                                   atol=0)
+        want = computed(lambda step=step: enc.rotate(q, torch.tensor([[[step]]])))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert counter.frame_count == 1
 
 
@@ -558,6 +648,7 @@ def test_one_encoder_serving_two_frameworks_at_one_offset() -> None:
     assert b.dtype == xps.float64 and d.dtype == xps.float32
     np.testing.assert_array_equal(np.asarray(d), c)
     np.testing.assert_array_equal(a, computed(lambda: enc.rotate(x.astype(np.float32), offset=5)))
+    np.testing.assert_array_equal(c, computed(lambda: enc.rotate(x.astype(np.float32), offset=6)))
     np.testing.assert_array_equal(np.asarray(b),
                                   np.asarray(computed(lambda: enc.rotate(xps.asarray(x), offset=5))))
 
