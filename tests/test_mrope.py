@@ -181,7 +181,13 @@ def test_cos_sin_does_not_depend_on_what_ran_before() -> None:
                     torch.from_numpy(pos)[:, :, None, :])
         enc.rotate(np.ones((2, 4, 7, 128)), pos[:, :, None, :])
         after = enc.cos_sin(pos, dtype=np.float64)
-        other = per.get_encoder("mrope", **options).cos_sin(pos, dtype=np.float64)
+        # computed with the store of tables off: a reference that reads no kept table
+        budget = per.rope.table_cache_bytes()[1]
+        per.rope.set_table_cache_bytes(0)
+        try:
+            other = per.get_encoder("mrope", **options).cos_sin(pos, dtype=np.float64)
+        finally:
+            per.rope.set_table_cache_bytes(budget)
     finally:
         torch.set_default_dtype(saved[0])
         torch.set_num_threads(saved[1])
