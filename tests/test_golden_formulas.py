@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 from test_golden import GOLDEN, PLATFORM, _cases, _flatten
+from test_relative import t5_bucket_ref
 
 #: Each golden file: the name its backend's namespace has (the cases read it) and the widest
 #: float dtype of that backend, which its angles are computed in.
@@ -446,27 +447,6 @@ def _distance(q: Any, k: Any) -> np.ndarray:
     return np.asarray(k)[..., None, :] - np.asarray(q)[..., :, None]
 
 
-def t5_buckets(d: np.ndarray, *, bidirectional: bool, num_buckets: int,
-               max_distance: int) -> np.ndarray:
-    """Hugging Face ``T5Attention._relative_position_bucket`` of ``k - q``, its logarithm in
-    float32 as torch computes it."""
-    d = np.asarray(d, dtype=np.int64)
-    buckets = np.zeros_like(d)
-    nb = num_buckets
-    if bidirectional:
-        nb //= 2
-        buckets += (d > 0) * nb
-        n = np.abs(d)
-    else:
-        n = -np.minimum(d, 0)
-    max_exact = nb // 2
-    f32 = np.float32
-    ratio = np.maximum(n, max_exact).astype(f32) / f32(max_exact)  # (log only where n >= max_exact)
-    large = max_exact + (np.log(ratio) / f32(math.log(max_distance / max_exact))
-                         * f32(nb - max_exact)).astype(np.int64)
-    return buckets + np.where(n < max_exact, n, np.minimum(large, nb - 1))
-
-
 def alibi_slopes(n: int) -> list[float]:
     """``get_slopes`` of the ALiBi paper's reference code (max bias 8)."""
     def power_of_2(n: int) -> list[float]:
@@ -489,8 +469,8 @@ class T5Formula(_Encoder):
 
     def bias(self, q: Any, k: Any, *, params: Any, dtype: Any = None) -> Ref:
         o = self.options
-        b = t5_buckets(_distance(q, k), bidirectional=o["bidirectional"],
-                       num_buckets=o["num_buckets"], max_distance=o["max_distance"])
+        b = t5_bucket_ref(_distance(q, k), bidirectional=o["bidirectional"],
+                          num_buckets=o["num_buckets"], max_distance=o["max_distance"])
         return _out(np.moveaxis(np.asarray(params["table"])[b], -1, -3))
 
 
