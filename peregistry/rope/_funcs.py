@@ -113,20 +113,32 @@ def rotate_every_two(x: Any, *, xp: Any = None) -> Any:
     return xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
 
 
+def _pair_axis(x: Any, cos: Any, sin: Any, *, axis: int, xp: Any) -> Any:
+    """``x·C + flip(x)·S`` with the two members of each pair on ``axis`` (of length 2): ``C =
+    (cos, cos)``, ``S = (-sin, sin)`` stacked there. One elementwise pass, no slices of halves
+    and no concatenation, which XLA and inductor fuse into a single loop; the products and
+    sums are those of ``(a·c - b·s, b·c + a·s)`` (``a + (-t) = a - t`` exactly), so the bits
+    are too."""
+    c = xp.expand_dims(cos, axis=axis)
+    s = xp.expand_dims(sin, axis=axis)
+    big_c = xp.concat((c, c), axis=axis)
+    big_s = xp.concat((-s, s), axis=axis)
+    return x * big_c + xp.flip(x, axis=axis) * big_s
+
+
 def rotate_half_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     """Rotate pairs ``(i, i + h)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``."""
     h = x.shape[-1] // 2
-    a, b = x[..., :h], x[..., h:]
-    # x: [x0 x1 | x2 x3] -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, x3·c1 + x1·s1]
-    return xp.concat((a * cos - b * sin, b * cos + a * sin), axis=-1)
+    # x: [x0 x1 | x2 x3] as (..., 2, h) -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, ...]
+    pairs = xp.reshape(x, (*x.shape[:-1], 2, h))
+    return xp.reshape(_pair_axis(pairs, cos, sin, axis=-2, xp=xp), x.shape)
 
 
 def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     """Rotate pairs ``(2i, 2i+1)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``."""
+    # x: [x0 x1 x2 x3] as (..., h, 2) -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, ...]
     pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))
-    a, b = pairs[..., 0], pairs[..., 1]
-    # x: [x0 x1 x2 x3] -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, x3·c1 + x2·s1]
-    return xp.reshape(xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-1), x.shape)
+    return xp.reshape(_pair_axis(pairs, cos, sin, axis=-1, xp=xp), x.shape)
 
 
 def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
