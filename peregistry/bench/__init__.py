@@ -32,6 +32,7 @@ shows it as skipped and a note below the table says why.
 from __future__ import annotations
 
 from ._cases import BENCHMARKS, Bench, BenchSkipped, Case
+from ._compiled import BENCH_ROTATIONS
 from ._hand import (
     hand_alibi,
     hand_learned,
@@ -56,6 +57,7 @@ from ._timing import (
 )
 
 BENCHMARKS["hf-llama-patched"] = bench_hf_llama_patched  # torch only; needs transformers
+BENCHMARKS.update(BENCH_ROTATIONS)  # both layouts; torch.compile's rows (torch only)
 
 __all__ = ["BENCHMARKS", "FRAMEWORKS", "Bench", "BenchRow", "BenchSkipped", "Case", "Progress",
            "format_bench_table", "hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope",
