@@ -1,0 +1,97 @@
+"""Compiled rotations against eager ones (issue 35): under ``jax.jit`` and ``torch.compile``
+with inductor, the generic rotation (the pair-axis form) may have its products and sums
+contracted into fused multiply-adds, which can move the last bit; the contract is at most one
+ulp of the rotated pair's length per element (``|Δ| <= ulp(|(a, b)|)``: one rounding of the
+terms, not of a result that cancels), for both layouts, partial rotary on the first or last
+features, and M-RoPE. The jax env runs it at XLA's default optimization level in its x64 pass
+(at -O0 nothing is contracted and the outputs are equal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import BACKENDS
+
+import peregistry as per
+
+CASES = [
+    ("rotary", {"dim": 64}),
+    ("rotary", {"dim": 64, "layout": "interleaved"}),
+    ("rotary", {"dim": 64, "rotary_dim": 32}),
+    ("rotary", {"dim": 64, "rotary_dim": 32, "rotary_features": "last", "layout": "interleaved"}),
+    ("mrope", {"dim": 64, "sections": (8, 12, 12)}),
+]
+
+
+def _ulps(got: Any, want: Any, x: Any, *, interleaved: bool) -> float:
+    """The largest ``|got - want|`` in units of the last place of the pair's length
+    ``|(a, b)|`` (float32): a fused multiply-add rounds ``a·c - b·s`` once instead of twice, an
+    error of the terms' size, which can be many ulps of a result that cancels."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    if interleaved:
+        norm = np.repeat(np.hypot(x[..., 0::2], x[..., 1::2]), 2, axis=-1)
+    else:
+        h = x.shape[-1] // 2
+        norm = np.concatenate([np.hypot(x[..., :h], x[..., h:])] * 2, axis=-1)
+    return float(np.max(np.abs(got - want) / np.spacing(norm.astype(np.float32))))
+
+
+def _rotated(a: Any, options: dict[str, Any]) -> Any:
+    r = options["rotary_dim"]
+    return a[..., -r:] if options.get("rotary_features") == "last" else a[..., :r]
+
+
+def _passed(a: Any, options: dict[str, Any]) -> Any:
+    r = options["rotary_dim"]
+    return a[..., :-r] if options.get("rotary_features") == "last" else a[..., r:]
+
+
+def _inputs(name: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)
+    pos = np.arange(300) + 1000
+    if name == "mrope":  # (3, seq): text then an image-like block of positions
+        pos = np.stack([pos, pos + rng.integers(0, 40, 300), pos + rng.integers(0, 40, 300)])
+    return x, pos
+
+
+@pytest.mark.skipif("jax" not in BACKENDS, reason="jax.jit (the jax env)")
+@pytest.mark.parametrize(("name", "options"), CASES)
+def test_jax_jit_within_one_ulp_of_eager(name: str, options: dict[str, Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    enc: Any = per.get_encoder(name, **options)
+    x, pos = (jnp.asarray(a) for a in _inputs(name))
+    positions = pos[:, None, None, :] if name == "mrope" else pos
+    eager = enc.rotate(x, positions)
+    jitted = jax.jit(lambda v, p: enc.rotate(v, p))(x, positions)
+    full = options.get("rotary_dim") is None
+    xs = np.asarray(x) if full else _rotated(np.asarray(x), options)
+    js = np.asarray(jitted) if full else _rotated(np.asarray(jitted), options)
+    es = np.asarray(eager) if full else _rotated(np.asarray(eager), options)
+    assert _ulps(js, es, xs, interleaved=options.get("layout") == "interleaved") <= 1.0
+    if not full:  # the features that pass through are x's, compiled or not
+        np.testing.assert_array_equal(_passed(np.asarray(jitted), options),
+                                      _passed(np.asarray(x), options))
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="torch.compile (the torch env)")
+@pytest.mark.parametrize(("name", "options"), [CASES[0], CASES[1], CASES[4]])
+def test_torch_inductor_within_one_ulp_of_eager(name: str, options: dict[str, Any]) -> None:
+    """Eager torch is the C kernel, which the generic rotation equals bit for bit
+    (tests/test_native_kernel.py); inductor compiles the generic one."""
+    import torch
+
+    enc: Any = per.get_encoder(name, **options)
+    x, pos = (torch.from_numpy(a) for a in _inputs(name))
+    positions = pos[:, None, None, :] if name == "mrope" else pos
+    eager = enc.rotate(x, positions)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda v, p: enc.rotate(v, p), backend="inductor", fullgraph=True,
+                             dynamic=False)(x, positions)
+    assert _ulps(compiled.numpy(), eager.numpy(), x.numpy(),
+                 interleaved=options.get("layout") == "interleaved") <= 1.0
