@@ -125,3 +125,24 @@ def test_angles_show_each_features_axis_for_split_pairs() -> None:
                 continue
             np.testing.assert_array_equal(series[key].get_xdata(), members)
             np.testing.assert_allclose(series[key].get_ydata(), omega[members], rtol=1e-6)
+
+
+@pytest.mark.usefixtures("needs_matplotlib")
+def test_study_plot_from_its_record(tmp_path: Path) -> None:
+    """The extrapolation study's figure from a run's JSON record (docs/extrapolation.json, no
+    torch needed): one panel per task, a line per encoder."""
+    import json
+
+    from peregistry.study import ExtrapolationResult
+    from peregistry.study.plot import figure, plot_extrapolation
+
+    record = Path(__file__).resolve().parent.parent / "docs" / "extrapolation.json"
+    result = ExtrapolationResult.from_dict(json.loads(record.read_text()))
+    path = tmp_path / "study.png"
+    plot_extrapolation(result, path)
+    assert path.stat().st_size > 1000
+    fig = figure(result)
+    axes = fig.get_axes()
+    assert len(axes) == len(result.settings.tasks)
+    for ax in axes:  # an error-bar line per encoder, labelled
+        assert set(ax.get_legend_handles_labels()[1]) == {r.encoder for r in result.rows}

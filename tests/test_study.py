@@ -6,9 +6,7 @@ here asserts an accuracy: those are noisy outcomes, reported in docs/extrapolati
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,11 +151,3 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["study", "interpolation"]) == 2
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
-                    reason="matplotlib draws the plot (installed in the docs env)")
-def test_plot(tmp_path: Path) -> None:
-    from peregistry.study.plot import plot_extrapolation
-
-    path = tmp_path / "study.png"
-    plot_extrapolation(extrapolation(["rotary", "nope"], settings=TINY), path)
-    assert path.stat().st_size > 1000

@@ -116,9 +116,9 @@ def rotate_every_two(x: Any, *, xp: Any = None) -> Any:
 def _pair_axis(x: Any, cos: Any, sin: Any, *, axis: int, xp: Any) -> Any:
     """``x·C + flip(x)·S`` with the two members of each pair on ``axis`` (of length 2): ``C =
     (cos, cos)``, ``S = (-sin, sin)`` stacked there. One elementwise pass, no slices of halves
-    and no concatenation, which XLA and inductor fuse into a single loop; the products and
-    sums are those of ``(a·c - b·s, b·c + a·s)`` (``a + (-t) = a - t`` exactly), so the bits
-    are too."""
+    and no concatenation, which XLA fuses into a single loop; the products and sums are those
+    of ``(a·c - b·s, b·c + a·s)`` (``a + (-t) = a - t`` exactly), so the bits are too (but the
+    sign of a NaN, which tables from one angle never hold)."""
     c = xp.expand_dims(cos, axis=axis)
     s = xp.expand_dims(sin, axis=axis)
     big_c = xp.concat((c, c), axis=axis)
@@ -136,14 +136,16 @@ def rotate_half_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     # x: [x0 x1 | x2 x3] as (..., 2, h) -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, ...]
     pairs = xp.reshape(x, (*x.shape[:-1], 2, h))
     a, b = pairs[..., 0, :], pairs[..., 1, :]
-    return xp.reshape(xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-2), x.shape)
+    out = xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-2)
+    return xp.reshape(out, (*out.shape[:-2], 2 * h))  # (tables may enlarge x's leading axes)
 
 
 def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     """Rotate pairs ``(2i, 2i+1)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``."""
     # x: [x0 x1 x2 x3] as (..., h, 2) -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, ...]
     pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))
-    return xp.reshape(_pair_axis(pairs, cos, sin, axis=-1, xp=xp), x.shape)
+    out = _pair_axis(pairs, cos, sin, axis=-1, xp=xp)
+    return xp.reshape(out, (*out.shape[:-2], x.shape[-1]))
 
 
 def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
