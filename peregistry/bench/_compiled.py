@@ -11,23 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ._cases import Bench, BenchSkipped, Case
-from ._hand import hand_rotary
+from ._hand import hand_rotary, hand_rotary_interleaved
 
 SHAPE = (1, 32, 2048, 128)
 QUICK_SHAPE = (1, 4, 128, 64)
-
-
-def hand_rotary_interleaved(xp: Any, x: Any, theta: float = 10000.0) -> Any:
-    """GPT-J/RoFormer RoPE (``rotate_every_two``) of ``x: (..., seq, dim)`` at ``0..seq-1``."""
-    seq, dim = x.shape[-2], x.shape[-1]
-    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
-    freqs = xp.arange(seq, dtype=xp.float32)[:, None] * inv_freq[None, :]
-    # [f0 f1] -> [f0 f0 f1 f1]
-    emb = xp.reshape(xp.stack((freqs, freqs), axis=-1), (seq, dim))
-    cos, sin = xp.cos(emb), xp.sin(emb)
-    # [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
-    rotated = xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
-    return x * cos + rotated * sin
 
 
 def _rope(layout: str, compiled: bool) -> Callable[[Bench, bool], Case]:

@@ -38,6 +38,19 @@ def hand_rotary(xp: Any, x: Any, theta: float = 10000.0) -> Any:
     return x * cos + rotated * sin
 
 
+def hand_rotary_interleaved(xp: Any, x: Any, theta: float = 10000.0) -> Any:
+    """GPT-J/RoFormer RoPE (``rotate_every_two``) of ``x: (..., seq, dim)`` at ``0..seq-1``."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    inv_freq = theta ** (-xp.arange(0, dim, 2, dtype=xp.float32) / dim)
+    freqs = xp.arange(seq, dtype=xp.float32)[:, None] * inv_freq[None, :]
+    # [f0 f1] -> [f0 f0 f1 f1]
+    emb = xp.reshape(xp.stack((freqs, freqs), axis=-1), (seq, dim))
+    cos, sin = xp.cos(emb), xp.sin(emb)
+    # [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
+    rotated = xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
+    return x * cos + rotated * sin
+
+
 def hand_rotary_decode(xp: Any, qs: Sequence[Any], ks: Sequence[Any], pos: Any,
                        theta: float = 10000.0) -> list[tuple[Any, Any]]:
     """One decoding step of a Llama-style model's RoPE as Hugging Face writes it: ``(cos, sin)``

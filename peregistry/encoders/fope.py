@@ -3,8 +3,8 @@ Attention's Periodic Extension for Length Generalization", arXiv:2412.17739, ICM
 whose ``cos``/``sin`` tables are learned Fourier series over the RoFormer frequencies, the
 frequencies too slow to complete a period within the training length clipped to zero, as vLLM's
 ``FourierRotaryEmbedding`` (``model_executor/layers/rotary_embedding/fope.py``) computes them
-for Intern-S1-Pro and xtuner's ``FourierEmbedding`` trains them; registered by the ``rotary``
-entry point.
+for Intern-S1-Pro and xtuner's ``FourierEmbedding`` trains them; the ``fope`` entry point of
+the ``peregistry`` distribution.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._delegation as _delegation
 
+from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ..rope import Frequencies, Layout, RotaryEncoder, RotaryTables, cos_sin, inv_freq
 from ..rope._funcs import broadcasts_into
 from ..rope._tables import gathered_rows, offset_rows
 from .context import resolve_dtype
 from .learned_params import LearnedParams, init_params
+from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
 
 if TYPE_CHECKING:
     from ..rope.encoder import Call
@@ -76,15 +78,11 @@ class FoPE(LearnedParams, RotaryEncoder):
     __slots__ = ()
     _compile_hook_eagerly = True  # the hook reads no values: one program per shape on eager JAX
 
-    dim = Option(int, allowed=f"a positive even integer <= {MAX_DIM}",
-                 check=lambda d: 0 < d <= MAX_DIM and d % 2 == 0,
-                 doc="head dimension x.shape[-1] (vLLM head_size; every pair may turn)")
+    dim = HEAD_DIM
     max_position_embeddings = Option(
         int, allowed="an integer >= 7 (2π/L must be below ω_0 = 1)", check=lambda n: n >= 7,
         example=2048, doc="training length L: frequencies of period >= L are clipped to zero")
-    theta = Option(float, 10000.0, allowed="a finite number > 0 (and != 1)",
-                   check=lambda t: t > 0 and t != 1.0,
-                   doc="frequency base θ (vLLM base, HF rope_theta; Intern-S1-Pro 5e6)")
+    theta = THETA
     num_inv_freq = Option(int, None, nullable=True, allowed="None or an integer in 1..dim/2",
                           check=lambda n: n > 0,
                           doc="keep the first n frequencies instead of clipping by "
@@ -98,8 +96,7 @@ class FoPE(LearnedParams, RotaryEncoder):
     init_factor = Option(float, 0.1, allowed="a finite number >= 0", check=lambda f: f >= 0,
                          doc="gain of the noise added to the identity by init (vLLM/xtuner "
                              "fope_init_factor; Intern-S1-Pro 0.5)")
-    layout = Option(str, "half", choices=("half", "interleaved"),
-                    doc="'half': pairs (i, i+d/2), vLLM's rotate_neox; 'interleaved': (2i, 2i+1)")
+    layout = PAIR_LAYOUT
 
     def _validate(self) -> None:
         v = self._values
@@ -351,3 +348,8 @@ class FoPE(LearnedParams, RotaryEncoder):
             mc = xp.concat((mc, xp.ones(shape, dtype=wide, device=ctx.device)), axis=-1)
             ms = xp.concat((ms, xp.zeros(shape, dtype=wide, device=ctx.device)), axis=-1)
         return mc, ms
+
+
+@hookimpl
+def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    return [FoPE]

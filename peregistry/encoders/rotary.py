@@ -127,6 +127,4 @@ class Rotary(ScaledRotary):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
-    from .fope import FoPE
-
-    return [Rotary, FoPE]
+    return [Rotary]

@@ -117,18 +117,24 @@ def reference(case: Case, probe: Probe, *, encoder: Encoder | None = None) -> np
 
     enc = case.encoder if encoder is None else encoder
     np_backend = default_registry.backend("numpy")
-    args = {
-        k: (np.asarray(v, dtype=np.float64) if k in probe.float_args else np.asarray(v))
-        for k, v in probe.args.items()
-    }
-    params = None
-    if enc.learned:
-        # The encoder's own init, as every case draws it (seed 0): one seed gives the same values
-        # on every backend, so a backend's float64 params are these, and narrower ones round them.
-        p = enc.init(np, seed=0, dtype=np.float64)
-        params = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
+    args, params = numpy_inputs(probe, enc)
     out = DRIVERS[enc.kind][1](enc, args, params, np.float64 if probe.dtype_arg else None)
     return np_backend.to_numpy(out).astype(np.float64)
+
+
+def numpy_inputs(probe: Probe, enc: Encoder) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The probe's arrays as NumPy (float ones in float64) and, for a learned encoder, its
+    params in float64: its own init, as every case draws it (seed 0). One seed gives the same
+    values on every backend, so a backend's float64 params are these, and narrower ones round
+    them."""
+    import numpy as np
+
+    args = {k: (np.asarray(v, dtype=np.float64) if k in probe.float_args else np.asarray(v))
+            for k, v in probe.args.items()}
+    if not enc.learned:
+        return args, None
+    p = enc.init(np, seed=0, dtype=np.float64)
+    return args, {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
 
 
 # -- absolute ------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._compile_warnings import reissue, run_compiled
 from ._core import Case, CheckFailure, check
-from ._drivers import case_params, invoke, reference, sample, to_backend
+from ._drivers import case_params, invoke, numpy_inputs, reference, sample, to_backend
 from ._numerics import max_err as _max_err
 from ._numerics import max_position as _max_position
 from ._numerics import shape_of as _shape
@@ -83,12 +83,7 @@ def check_matches_reference(case: Case) -> None:
 
     probe = sample(case)
     enc = case.encoder
-    inputs = {k: (np.asarray(v, dtype=np.float64) if k in probe.float_args else np.asarray(v))
-              for k, v in probe.args.items()}
-    params = None
-    if enc.learned:  # the values every case's params hold (seed 0), as the reference's
-        params = {k: np.asarray(v, dtype=np.float64)
-                  for k, v in enc.init(np, seed=0, dtype=np.float64).items()}
+    inputs, params = numpy_inputs(probe, enc)  # params: the values every case's hold (seed 0)
     fn = type(enc).float64_reference
     assert fn is not None
     want = np.asarray(fn(enc, inputs, params), dtype=np.float64)
