@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 LOGS = Path(".tox/_logs")
 TICK = 30.0
+NEED_GB = 8.0
 
 
 @dataclass
@@ -64,11 +66,19 @@ def progress(env: Env) -> str:
 
 
 def count(env: Env) -> dict[str, int]:
+    """Test counts from the env's JUnit reports of this run; a report that cannot be read (cut
+    short, e.g. when the disk filled) counts as one failed test and is named, not a crash."""
     totals = {"passed": 0, "failed": 0, "skipped": 0}
     for path in env.reports():
         if os.path.getmtime(path) < env.start_wall:
             continue
-        for suite in ET.parse(path).getroot().iter("testsuite"):
+        try:
+            suites = list(ET.parse(path).getroot().iter("testsuite"))
+        except (ET.ParseError, OSError) as err:
+            print(f"    ! {env.name}: cannot read the test report {path}: {err}", flush=True)
+            totals["failed"] += 1
+            continue
+        for suite in suites:
             tests = int(suite.get("tests", 0))
             failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
             skipped = int(suite.get("skipped", 0))
@@ -93,9 +103,22 @@ def describe(env: Env) -> str:
     return said[-1][:90] if said else "no output"
 
 
+def check_disk(names: list[str]) -> None:
+    """Warn before starting when the disk is short: a full run writes about 7 GB of envs (each
+    framework env has its own PyTorch or JAX), and a disk that fills mid-run fails envs with
+    empty logs and cut reports, which read like test failures."""
+    free = shutil.disk_usage(".").free / 2**30
+    need = NEED_GB if len(names) > 3 else NEED_GB / 3
+    if free < need:
+        print(f"WARNING: {free:.1f} GiB free on this disk; a run of {len(names)} tox envs needs "
+              f"about {need:.0f} GiB (free space, e.g. old clones' .tox folders, first)",
+              flush=True)
+
+
 def main(argv: list[str]) -> int:
     tox, names, parallel = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
     extra = argv[3:]
+    check_disk(names)
     LOGS.mkdir(parents=True, exist_ok=True)
     envs = [Env(n) for n in names]
     for env in envs:
@@ -131,6 +154,8 @@ def main(argv: list[str]) -> int:
                   f"in {env.end - env.start:.0f} s: {describe(env)}", flush=True)
             if rc != 0:
                 tail = env.log.read_text(errors="replace").splitlines()[-40:]
+                if not tail:
+                    tail = [f"(empty log; {shutil.disk_usage('.').free / 2**30:.1f} GiB free)"]
                 print("\n".join(f"    | {line}" for line in tail), flush=True)
         if running and time.monotonic() - last_tick >= TICK:
             last_tick = time.monotonic()
