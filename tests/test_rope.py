@@ -192,31 +192,32 @@ def test_torch_fast_paths_equal_the_reference_through_the_dispatch() -> None:
 
 
 _THREADS = r"""
-import threading, torch, peregistry as per
-from peregistry.backends._torch import TorchBackend
-from peregistry.rope import _torch
-assert TorchBackend().owns(torch.zeros(1)) and _torch.MATERIALIZE.op is None, "owns() defined it"
+import sys, threading, torch, peregistry as per
 enc = per.get_encoder("rotary", dim=16)
 x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0))
 errors, barrier = [], threading.Barrier(16)
-def work():
+def work(i):
     try:
         barrier.wait()
-        enc.replace(theta=float(threading.get_ident() % 1000 + 2)).rotate(x)
+        enc.replace(theta=float(i + 2)).rotate(x)  # eager: needs no op
+        assert "peregistry.rope._torch_op" not in sys.modules, "eager torch loaded the op"
+        barrier.wait()
+        import peregistry.rope._torch_op  # what a first compiled call does, 16 at once
     except Exception as e:
         errors.append(repr(e))
-ts = [threading.Thread(target=work) for _ in range(16)]
+ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
 [t.start() for t in ts]
 [t.join() for t in ts]
 assert not errors, errors
-assert _torch.MATERIALIZE.op is not None
+y = torch.ops.peregistry.materialize(x)
+assert torch.equal(y, x) and y.data_ptr() != x.data_ptr()
 print("ok")
 """
 
 
-def test_torch_op_defined_lazily_once_from_16_threads() -> None:
-    """``TorchBackend.owns`` defines nothing; the first eager torch rotations, from 16 threads
-    at once, define the custom op exactly once (a lock: two definitions crash torch)."""
+def test_torch_op_defined_once_by_its_import_from_16_threads() -> None:
+    """Eager torch rotations (16 threads) load no op; 16 threads importing the op's module at
+    once define it exactly once (the import lock; two definitions crash torch), and it copies."""
     if "torch" not in SELECTED:
         pytest.skip("torch is not among the selected backends")
     r = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True,

@@ -40,10 +40,6 @@ def _rope(layout: str, compiled: bool) -> Callable[[Bench, bool], Case]:
             return b.case(ours, theirs, (x,), f"{'x'.join(map(str, shape))} f32")
         import torch
 
-        # one eager call first, as a model that ran a step before compiling: it defines the op
-        # that keeps inductor from recomputing the tables' trigonometry per element (compiled
-        # cold, without it: ~1.9x a copy for half, ~4.3x for interleaved; docs/benchmarks.md)
-        ours(x)
         ours_c = torch.compile(ours, backend="inductor", dynamic=False, fullgraph=True)
         hand_c = torch.compile(theirs, backend="inductor", dynamic=False, fullgraph=True)
         ours_c(x), hand_c(x)  # compiled before timing

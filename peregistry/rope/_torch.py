@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,65 +28,16 @@ from ._kernel import KERNEL, UNLOADED, gomp_parallel_address, load_kernel
 BLOCK_ELEMENTS = 1 << 18
 
 
-# -- the custom op: a fusion boundary for inductor -------------------------------------------------
-@dataclass
-class _LazyOp:
-    """``peregistry::materialize``, defined on first eager use, once per process, under a lock:
-    two threads defining it at once make torch destroy the first ``Library`` object while the
-    second still registers into it. None until defined; it cannot be defined while Dynamo
-    traces."""
-
-    op: Any = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get(self) -> Any:
-        if self.op is not None:
-            return self.op
-        import torch
-
-        if torch.compiler.is_compiling():
-            return None
-        with self.lock:
-            if self.op is None:
-                self.op = _define_materialize()
-        return self.op
-
-
-def _define_materialize() -> Any:
-    """A copy that inductor cannot see through, with the identity as its gradient."""
-    import torch
-
-    @torch.library.custom_op("peregistry::materialize", mutates_args=(),
-                             schema="(Tensor a) -> Tensor")
-    def materialize(a: torch.Tensor) -> torch.Tensor:
-        return a.clone()
-
-    @materialize.register_fake
-    def _(a: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(a)
-
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad
-
-    materialize.register_autograd(backward)
-    return materialize
-
-
-MATERIALIZE = _LazyOp()
-
-
+# -- the fusion boundary for inductor -----------------------------------------------------------
 def materialize(*arrays: Any) -> tuple[Any, ...]:
-    """Under ``torch.compile``, the arrays passed through the opaque op (else unchanged):
-    inductor would otherwise fuse a cos/sin table into the elementwise rotation and recompute its
-    trigonometry for every head and batch element."""
-    import torch
+    """Under ``torch.compile``, the arrays passed through ``peregistry::materialize`` (else
+    unchanged): inductor would otherwise fuse a cos/sin table into the elementwise rotation and
+    recompute its trigonometry for every head and batch element. The op's module is imported
+    here, on the first compiled call (see :mod:`._torch_op`); eager torch never loads it."""
+    if not sys.modules["torch"].compiler.is_compiling():
+        return arrays
+    from peregistry.rope._torch_op import materialize as op
 
-    if not torch.compiler.is_compiling():
-        MATERIALIZE.get()  # define it now, eagerly, for a later compile
-        return arrays
-    op = MATERIALIZE.get()
-    if op is None:  # never used eagerly before this trace
-        return arrays
     return tuple(op(a) for a in arrays)
 
 
@@ -144,8 +94,6 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
             or (torch.is_grad_enabled() and (
                 x.requires_grad or cos.requires_grad or sin.requires_grad))):
         return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
-    if MATERIALIZE.op is None:
-        MATERIALIZE.get()  # eager torch: define the op now, for a later torch.compile
     out = _rotate_native(x, cos, sin, rotary_dim, interleaved, plain=plain)
     if out is not None:
         return out

@@ -1,0 +1,31 @@
+"""``peregistry::materialize``: a copy that inductor cannot see through, with the identity as
+its gradient. Under ``torch.compile`` a cos/sin table passes it, so inductor writes the table once
+instead of fusing its trigonometry into the elementwise rotation (once per element of every head
+and batch row). The op is defined when this module is first imported: by :func:`._torch.materialize`
+on its first call under a compiler, where Dynamo runs the import for real (its body is not
+traced), so a model compiled before any eager call gets the op too. The import lock makes the
+definition happen once per process, whatever the threads (two definitions at once crash torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+@torch.library.custom_op("peregistry::materialize", mutates_args=(), schema="(Tensor a) -> Tensor")
+def materialize(a: torch.Tensor) -> torch.Tensor:
+    return a.clone()
+
+
+@materialize.register_fake
+def _(a: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(a)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    return grad
+
+
+materialize.register_autograd(_backward)
