@@ -70,9 +70,9 @@ def count(env: Env) -> dict[str, int]:
     short, e.g. when the disk filled) counts as one failed test and is named, not a crash."""
     totals = {"passed": 0, "failed": 0, "skipped": 0}
     for path in env.reports():
-        if os.path.getmtime(path) < env.start_wall:
-            continue
         try:
+            if os.path.getmtime(path) < env.start_wall:
+                continue
             suites = list(ET.parse(path).getroot().iter("testsuite"))
         except (ET.ParseError, OSError) as err:
             print(f"    ! {env.name}: cannot read the test report {path}: {err}", flush=True)
@@ -104,11 +104,11 @@ def describe(env: Env) -> str:
 
 
 def check_disk(names: list[str]) -> None:
-    """Warn before starting when the disk is short: a full run writes about 7 GB of envs (each
+    """Warn before starting when the disk is short: a full run writes about 6.5 GB of envs (each
     framework env has its own PyTorch or JAX), and a disk that fills mid-run fails envs with
     empty logs and cut reports, which read like test failures."""
     free = shutil.disk_usage(".").free / 2**30
-    need = NEED_GB if len(names) > 3 else NEED_GB / 3
+    need = NEED_GB if len(names) > 3 else NEED_GB / 3  # a few envs: at most one or two frameworks
     if free < need:
         print(f"WARNING: {free:.1f} GiB free on this disk; a run of {len(names)} tox envs needs "
               f"about {need:.0f} GiB (free space, e.g. old clones' .tox folders, first)",

@@ -567,6 +567,25 @@ def test_torch_compile_cold_puts_the_fusion_boundary_in_the_graph() -> None:
     assert r.stdout.split() == ["2", "True"], r.stdout
 
 
+def test_torch_export_leaves_the_boundary_out() -> None:
+    """``torch.export`` gets no peregistry op: a saved program must load in a process that has
+    not defined it."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+
+    enc = per.get_encoder("rotary", dim=16)
+
+    class Rotate(torch.nn.Module):
+        def forward(self, x: Any, p: Any) -> Any:
+            return enc.rotate(x, p)
+
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3))
+    ep = torch.export.export(Rotate(), (x, torch.arange(5)))
+    assert not [n for n in ep.graph.nodes if "peregistry" in str(n.target)]
+    assert torch.equal(ep.module()(x, torch.arange(5)), enc.rotate(x, torch.arange(5)))
+
+
 def test_torch_compile_gradients_flow_through_the_materialized_table() -> None:
     """Under torch.compile the table passes an opaque op (a fusion boundary); gradients with
     respect to x and to real-valued positions are those of eager mode."""

@@ -33,8 +33,11 @@ def materialize(*arrays: Any) -> tuple[Any, ...]:
     """Under ``torch.compile``, the arrays passed through ``peregistry::materialize`` (else
     unchanged): inductor would otherwise fuse a cos/sin table into the elementwise rotation and
     recompute its trigonometry for every head and batch element. The op's module is imported
-    here, on the first compiled call (see :mod:`._torch_op`); eager torch never loads it."""
-    if not sys.modules["torch"].compiler.is_compiling():
+    here, on the first compiled call (see :mod:`._torch_op`); eager torch never loads it. Not
+    under ``torch.export``: a saved program naming a peregistry op would not load in a process
+    that has not defined it."""
+    compiler = sys.modules["torch"].compiler  # (torch is imported: a dict read, not an import)
+    if not compiler.is_compiling() or compiler.is_exporting():
         return arrays
     from peregistry.rope._torch_op import materialize as op
 

@@ -29,3 +29,8 @@ def _backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 
 
 materialize.register_autograd(_backward)
+
+
+@materialize.register_vmap
+def _vmap(info: Any, in_dims: tuple[int | None], a: torch.Tensor) -> tuple[torch.Tensor, int | None]:
+    return a.clone(), in_dims[0]  # a copy keeps the batch axis where it was
