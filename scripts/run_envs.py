@@ -103,22 +103,20 @@ def describe(env: Env) -> str:
     return said[-1][:90] if said else "no output"
 
 
-def check_disk(names: list[str]) -> None:
+def check_disk() -> None:
     """Warn before starting when the disk is short: a full run writes about 6.5 GB of envs (each
     framework env has its own PyTorch or JAX), and a disk that fills mid-run fails envs with
     empty logs and cut reports, which read like test failures."""
     free = shutil.disk_usage(".").free / 2**30
-    need = NEED_GB if len(names) > 3 else NEED_GB / 3  # a few envs: at most one or two frameworks
-    if free < need:
-        print(f"WARNING: {free:.1f} GiB free on this disk; a run of {len(names)} tox envs needs "
-              f"about {need:.0f} GiB (free space, e.g. old clones' .tox folders, first)",
-              flush=True)
+    if free < NEED_GB:
+        print(f"WARNING: {free:.1f} GiB free on this disk; a full run needs about {NEED_GB:.0f} "
+              f"GiB (free space, e.g. old clones' .tox folders, first)", flush=True)
 
 
 def main(argv: list[str]) -> int:
     tox, names, parallel = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
     extra = argv[3:]
-    check_disk(names)
+    check_disk()
     LOGS.mkdir(parents=True, exist_ok=True)
     envs = [Env(n) for n in names]
     for env in envs:
