@@ -57,7 +57,7 @@ from ._timing import (
 )
 
 BENCHMARKS["hf-llama-patched"] = bench_hf_llama_patched  # torch only; needs transformers
-BENCHMARKS.update(BENCH_ROTATIONS)  # both layouts; torch.compile's rows (torch only)
+BENCHMARKS.update(BENCH_ROTATIONS)  # torch.compile's rows (torch only)
 
 __all__ = ["BENCHMARKS", "FRAMEWORKS", "Bench", "BenchRow", "BenchSkipped", "Case", "Progress",
            "format_bench_table", "hand_alibi", "hand_learned", "hand_learned_2d", "hand_mrope",

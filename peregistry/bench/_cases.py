@@ -25,6 +25,7 @@ from ._hand import (
     hand_mrope,
     hand_rotary,
     hand_rotary_decode,
+    hand_rotary_interleaved,
     hand_shaw,
     hand_sinusoidal,
     hand_t5,
@@ -138,14 +139,16 @@ def _bench_sinusoidal(b: Bench, quick: bool) -> Case:
                   lambda p: hand_sinusoidal(b.xp, p, dim), (pos,), f"{n}x{dim}")
 
 
-def _bench_rope(name: str, hand: Callable[[Any, Any], Any]) -> Callable[[Bench, bool], Case]:
-    """The bench of a rotary encoder ``name`` against the hand-written ``hand(xp, x)``."""
+def _bench_rope(name: str, hand: Callable[[Any, Any], Any],
+                **options: Any) -> Callable[[Bench, bool], Case]:
+    """The bench of a rotary encoder ``name`` (with ``options``) against the hand-written
+    ``hand(xp, x)``."""
 
     def bench(b: Bench, quick: bool) -> Case:
         import peregistry as per
 
         n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
-        enc = per.get_encoder(name, dim=d)
+        enc = per.get_encoder(name, dim=d, **options)
         x = b.randn((n, h, s, d))
         return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
                       lambda v: hand(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
@@ -357,6 +360,7 @@ def _bench_transformer_xl(b: Bench, quick: bool) -> Case:
 BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "sinusoidal": _bench_sinusoidal,
     "rotary": _bench_rope("rotary", hand_rotary),
+    "rotary-interleaved": _bench_rope("rotary", hand_rotary_interleaved, layout="interleaved"),
     "rotary-decode": _bench_rotary_decode,
     "alibi": _bench_alibi,
     "kerple": _bench_kerple,

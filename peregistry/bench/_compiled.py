@@ -1,9 +1,8 @@
-"""The rotation against its physical limit, a memory copy of ``x``, on every path a rotation
-takes: ``rotary`` (half layout) and ``rotary-interleaved`` run as the framework's users run it
-(JAX jitted, the others eager), ``rotary-compiled`` and ``rotary-interleaved-compiled`` under
-``torch.compile`` with inductor (torch only). "hand-written" is the same rotation written the
-plain way (half slices and a concatenation, GPT-NeoX's ``rotate_half``; GPT-J's
-``rotate_every_two``), compiled the same way."""
+"""The rotation under ``torch.compile`` with inductor against its physical limit, a memory copy
+of ``x`` (torch only): ``rotary-compiled`` (half layout) and ``rotary-interleaved-compiled``,
+compiled cold (no eager call first). "hand-written" is the same rotation written the plain way
+(GPT-NeoX's ``rotate_half``; GPT-J's ``rotate_every_two``), compiled the same way. The eager and
+jitted rows of both layouts are ``rotary`` and ``rotary-interleaved`` (:mod:`._cases`)."""
 
 from __future__ import annotations
 
@@ -17,28 +16,26 @@ SHAPE = (1, 32, 2048, 128)
 QUICK_SHAPE = (1, 4, 128, 64)
 
 
-def _rope(layout: str, compiled: bool) -> Callable[[Bench, bool], Case]:
+def _compiled_rope(layout: str) -> Callable[[Bench, bool], Case]:
     hand = hand_rotary if layout == "half" else hand_rotary_interleaved
 
     def bench(b: Bench, quick: bool) -> Case:
         import peregistry as per
 
-        if compiled and b.backend.name != "torch":
+        if b.backend.name != "torch":
             raise BenchSkipped("torch.compile is torch's (JAX's rows run jitted already)")
+        import torch
+
         shape = QUICK_SHAPE if quick else SHAPE
         enc = per.get_encoder("rotary", dim=shape[-1], layout=layout)
         x = b.randn(shape)
+        xp = b.xp  # (outside the compiled function: a cached_property takes a lock)
+
         def ours(v: Any) -> Any:
             return enc.rotate(v)  # type: ignore[attr-defined]
 
-        xp = b.xp  # (outside the compiled function: a cached_property takes a lock)
-
         def theirs(v: Any) -> Any:
             return hand(xp, v)
-
-        if not compiled:
-            return b.case(ours, theirs, (x,), f"{'x'.join(map(str, shape))} f32")
-        import torch
 
         ours_c = torch.compile(ours, backend="inductor", dynamic=False, fullgraph=True)
         hand_c = torch.compile(theirs, backend="inductor", dynamic=False, fullgraph=True)
@@ -51,7 +48,6 @@ def _rope(layout: str, compiled: bool) -> Callable[[Bench, bool], Case]:
 
 
 BENCH_ROTATIONS: dict[str, Callable[[Bench, bool], Case]] = {
-    "rotary-interleaved": _rope("interleaved", compiled=False),
-    "rotary-compiled": _rope("half", compiled=True),
-    "rotary-interleaved-compiled": _rope("interleaved", compiled=True),
+    "rotary-compiled": _compiled_rope("half"),
+    "rotary-interleaved-compiled": _compiled_rope("interleaved"),
 }
