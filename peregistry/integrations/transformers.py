@@ -38,8 +38,8 @@ _MAX_LAYERS = 1024
 
 
 def _model_type(config: Any) -> str:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return str(getattr(text, "model_type", None) or getattr(config, "model_type", "unknown"))
+    return str(getattr(_text(config), "model_type", None)
+               or getattr(config, "model_type", "unknown"))
 
 
 def _text(config: Any) -> Any:
@@ -137,9 +137,11 @@ def _mismatch(module: Any, model_type: str, kind: str | None, tried: list[Any]) 
                       f"{encoders} (from_hf_config) does not reproduce{why}; not patched")
 
 
-def _rotary_forward(module: Any, config: Any, model_type: str) -> Callable[..., Any]:
+def _rotary_forward(module: Any, config: Any, model_type: str,
+                    candidates: dict[str | None, list[Any]]) -> Callable[..., Any]:
     """The replacement ``forward`` of one rotary module, after checking it against the
-    module's own output on the probe positions, for every layer type it serves."""
+    module's own output on the probe positions, for every layer type it serves.
+    ``candidates``: the model's encoders by layer type, filled here, shared by its modules."""
     import torch
 
     takes_type = "layer_type" in inspect.signature(module.forward).parameters
@@ -147,7 +149,9 @@ def _rotary_forward(module: Any, config: Any, model_type: str) -> Callable[..., 
                                if takes_type else [None]) or [None]
     chosen: dict[str | None, tuple[str, Any]] = {}
     for kind in kinds:
-        tried = _candidates(config, kind)
+        if kind not in candidates:
+            candidates[kind] = _candidates(config, kind)
+        tried = candidates[kind]
         if not tried:
             continue  # NoPE: the module is never asked for this layer type
         pos, out = _probe(module, takes_type, kind, tried[0].name == "mrope", model_type)
@@ -277,10 +281,11 @@ def patch(model: Any) -> Any:
     config = model.config
     model_type = _model_type(config)
     patched_modules: list[Any] = []
+    candidates: dict[str | None, list[Any]] = {}  # asked once per patch, not per module
     try:
         for name, module in model.named_modules():
             if _is_text_rotary(name, module):
-                _bind(module, "forward", _rotary_forward(module, config, model_type))
+                _bind(module, "forward", _rotary_forward(module, config, model_type, candidates))
             elif getattr(module, "has_relative_attention_bias", False) and hasattr(
                     module, "compute_bias"):
                 _bind(module, "compute_bias", _t5_compute_bias(module, config))
