@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .._hooks import hookimpl
 from .._options import Option
 from .._services import use_services
-from ..rope import Frequencies, RotaryEncoder, cos_sin, inv_freq
+from ..rope import RotaryEncoder
 from ..rope._delegation import wide_int
 from .rotary import HEAD_DIM, PAIR_LAYOUT, ROTARY_DIM, THETA, Rotary, check_rotary_dim
 
@@ -148,9 +148,6 @@ class DualChunkRotary(RotaryEncoder):
         if w >= c:
             raise self._invalid("local_size", w, f"an integer in 0..{c - 1} (below chunk_size="
                                 f"{c}: chunks are chunk_size - local_size tokens long)")
-        # Host constants, computed now: a trace (torch.compile) must not run the NumPy code.
-        self._cache["freqs"] = Frequencies.from_omega(
-            inv_freq(self._rotary_dim(), float(self._values["theta"])))
 
     @property
     def chunk_len(self) -> int:
@@ -162,7 +159,7 @@ class DualChunkRotary(RotaryEncoder):
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """RoPE's ``cos``/``sin`` at ``p mod chunk_len``, in ``ctx.wide``."""
         r = chunk_offsets(positions, self.chunk_len, xp=ctx.xp)
-        return cos_sin(r, self._cache["freqs"], ctx=ctx)
+        return self._rope._half_cos_sin(r, ctx=ctx, seq_len=None)
 
     def _roles(self, positions: Any, xp: Any) -> DualChunk:
         return dual_chunk_positions(positions, chunk_size=int(self._values["chunk_size"]),
@@ -181,8 +178,8 @@ class DualChunkRotary(RotaryEncoder):
         layout, of ``dtype`` (default: the namespace's default float): the tables
         ``rotate_dual_chunk`` turns by. ``q_intra`` and ``k`` are :meth:`cos_sin`'s."""
         roles = self.dual_chunk_positions(positions)
-        keys = self.cos_sin(positions, dtype=dtype)
         rope = self._rope
+        keys = rope.cos_sin(roles.k, dtype=dtype)
         succ, inter, succ_critical, inter_critical = (rope.cos_sin(p, dtype=dtype)
                                                       for p in roles[1:5])
         return DualChunk(keys, succ, inter, succ_critical, inter_critical, keys)
@@ -199,7 +196,6 @@ class DualChunkRotary(RotaryEncoder):
         :param offset: as for :meth:`~peregistry.RotaryEncoder.rotate`.
         """
         call = self._rotate_call(q, positions, offset, None, None)
-        self._rotate_call(k, positions, offset, None, None)
         pos = call.positions
         if pos is None:
             seq = q.shape[-2]
@@ -210,9 +206,9 @@ class DualChunkRotary(RotaryEncoder):
             pos = self._default_positions(seq, call.offset, ctx=call.ctx)
         roles = self._roles(pos, call.ctx.xp)
         rope = self._rope
+        intra, keys = self.tables(pos).rotate_all(q, k)  # one table: q_intra's is k's
         succ, inter, succ_critical, inter_critical = (rope.rotate(q, p) for p in roles[1:5])
-        return DualChunk(self.rotate(q, pos), succ, inter, succ_critical, inter_critical,
-                         self.rotate(k, pos))
+        return DualChunk(intra, succ, inter, succ_critical, inter_critical, keys)
 
     def attention_scaling(self, seq_len: int) -> float:
         """vLLM's length scaling of DCA, ``max(1, 0.1·ln(seq_len / original_max_position_

@@ -18,8 +18,6 @@ import peregistry.rope._delegation as _delegation
 from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
 from ..rope import Frequencies, Layout, RotaryEncoder, RotaryTables, cos_sin, inv_freq
-from ..rope._funcs import broadcasts_into
-from ..rope._tables import gathered_rows, offset_rows
 from .context import resolve_dtype
 from .learned_params import LearnedParams, init_params
 from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
@@ -49,6 +47,12 @@ def _repeat_heads(t: Any, groups: int, *, xp: Any) -> Any:
     *lead, kv, m, n = (int(s) for s in t.shape)
     spread = xp.broadcast_to(xp.expand_dims(t, axis=-3), (*lead, kv, groups, m, n))
     return xp.reshape(spread, (*lead, kv * groups, m, n))
+
+
+def _reshaped(cos: Any, sin: Any, batch: tuple[int, ...], *, xp: Any) -> tuple[Any, Any]:
+    """Half-width tables ``(..., width)`` viewed as ``(*batch, width)``."""
+    width = int(cos.shape[-1])
+    return xp.reshape(cos, (*batch, width)), xp.reshape(sin, (*batch, width))
 
 
 class FoPE(LearnedParams, RotaryEncoder):
@@ -232,15 +236,6 @@ class FoPE(LearnedParams, RotaryEncoder):
                              f"in groups, as in GQA)")
         return heads
 
-    def _basis(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
-               static_len: int | None = None) -> tuple[Any, Any]:
-        """Half-width tables of identity coefficients at ``pos`` in ``ctx.wide``: rows of the
-        table of positions for eager integer ids, else computed."""
-        rows = None if tracing else gathered_rows(self, pos, ctx=ctx, cdt=ctx.wide)
-        if rows is not None:
-            return rows
-        return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=static_len)
-
     def _learned_tables(self, positions: Any, params: Mapping[str, Any], seq_len: Any, *,
                         heads: int | None) -> tuple[Ctx, Any, Any, Mapping[str, Any]]:
         """``cos_sin``'s and ``tables``' half-width tables (``ctx.wide``): per-head ones with
@@ -249,40 +244,23 @@ class FoPE(LearnedParams, RotaryEncoder):
         pos = self._positions(pos, ctx)
         prepared = self._check_params(params, ctx)
         h = self._heads(heads, what="heads")
-        cos, sin = self._basis(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),
-                               tracing=ctx.backend.is_tracing(pos))
+        cos, sin = self._tables_at(pos, ctx=ctx, cdt=ctx.wide, seq_len=self._check_seq_len(seq_len),
+                                   tracing=ctx.backend.is_tracing(pos))
         if h is not None:
             shape = tuple(int(s) for s in pos.shape)
             lead, seq = (shape[:-1], shape[-1]) if shape else ((), 1)
-            width = int(cos.shape[-1])
-            cos = ctx.xp.reshape(cos, (*lead, 1, seq, width))
-            sin = ctx.xp.reshape(sin, (*lead, 1, seq, width))
+            cos, sin = _reshaped(cos, sin, (*lead, 1, seq), xp=ctx.xp)
         cos, sin = self._mix(cos, sin, prepared, heads=h, ctx=ctx)
         return ctx, cos, sin, prepared
 
     def _learned_rotation_tables(self, call: Call,
                                  params: Mapping[str, Any]) -> tuple[Any, Any, int]:
-        """:meth:`rotate`'s tables in ``call.cdt``: the basis at the call's positions (rows of
-        the table of positions where they serve), mixed by ``params``, shaped to broadcast
+        """:meth:`rotate`'s tables in ``call.cdt``: the basis at the call's positions
+        (:meth:`_rotation_tables` in ``ctx.wide``, unfused), mixed by ``params``, shaped to broadcast
         against ``x`` (its head axis ``x.shape[-3]`` with ``sep_head``); and the query heads
         per KV head when the tables are one per KV head for ``x``'s grouped heads (else 1)."""
         ctx, xshape = call.ctx, tuple(int(s) for s in call.x.shape)
-        if call.positions is not None:
-            self._check_broadcast(call.positions, xshape)
-            cos, sin = self._basis(call.positions, ctx=ctx, seq_len=call.seq_len,
-                                   tracing=call.tracing)
-        else:
-            seq, static_len, rows = xshape[-2], None, None
-            if type(call.offset) is int:
-                static_len = call.offset + seq
-                if not call.tracing:
-                    rows = offset_rows(self, call.offset, seq, ctx=ctx, cdt=ctx.wide)
-            if rows is None:
-                pos = self._default_positions(seq, call.offset, ctx=ctx)
-                self._check_broadcast(pos, xshape)
-                rows = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,
-                                   static_len=static_len)
-            cos, sin = rows
+        cos, sin = self._rotation_tables(call, ctx.wide, fuse=False)
         heads, groups = None, 1
         if self._values["sep_head"]:
             kv = int(self._values["num_kv_heads"])
@@ -294,9 +272,7 @@ class FoPE(LearnedParams, RotaryEncoder):
                 # positions aligned with x's (..., heads, seq): their head axis is 1 or heads
                 batch = tuple(int(s) for s in cos.shape[:-1])
                 batch = (1,) * (2 - len(batch)) + batch
-                width = int(cos.shape[-1])
-                cos = ctx.xp.reshape(cos, (*batch, width))
-                sin = ctx.xp.reshape(sin, (*batch, width))
+                cos, sin = _reshaped(cos, sin, batch, xp=ctx.xp)
                 if batch[-2] == 1 and kv > 1 and heads is not None:  # one table per KV head
                     groups = heads // kv
         cos, sin = self._mix(cos, sin, params, heads=heads, ctx=ctx, repeat=False)
@@ -305,13 +281,6 @@ class FoPE(LearnedParams, RotaryEncoder):
                                            sin if sin.dtype == cdt else xp.astype(sin, cdt),
                                            xp=xp)
         return cos, sin, groups
-
-    def _check_broadcast(self, pos: Any, xshape: tuple[int, ...]) -> None:
-        batch = tuple(int(s) for s in pos.shape)
-        if not broadcasts_into(batch, xshape[:-1]):
-            raise ValueError(f"{self.name}: positions of shape {batch} do not broadcast against "
-                             f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
-                             f"(batch, 1, seq)")
 
     def _mix(self, cos: Any, sin: Any, params: Mapping[str, Any], *, heads: int | None,
              ctx: Ctx, repeat: bool = True) -> tuple[Any, Any]:

@@ -214,15 +214,10 @@ class RotaryEncoder(Encoder):
         pos = self._positions(pos, ctx)
         out_dtype = resolve_dtype(self.name, ctx.backend, dtype, ctx.device)
         seq_len, tracing = self._check_seq_len(seq_len), ctx.backend.is_tracing(pos)
-        xp = ctx.xp
-        rows = None
-        # Rows of float32/float64 tables are the wide values rounded once, as computing gives.
-        if not tracing and type(self)._rows_at_ids and out_dtype in (xp.float32, xp.float64):
-            rows = gathered_rows(self, pos, ctx=ctx, cdt=out_dtype)
-        cos, sin = rows if rows is not None else self._table(
-            pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
+        cos, sin = self._tables_at(pos, ctx=ctx, cdt=out_dtype, seq_len=seq_len, tracing=tracing)
         layout: Layout = "interleaved" if self._rotation.interleaved else "half"
-        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype, xp=xp)
+        return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype,
+                                             xp=ctx.xp)
 
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
                params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
@@ -352,10 +347,14 @@ class RotaryEncoder(Encoder):
                 f"positions hold ({limits.min} .. {limits.max}); they would wrap. Pass a "
                 f"smaller offset (or positions of a real dtype)")
 
-    def _rotation_tables(self, call: Call) -> tuple[Any, Any]:
-        """Half-width ``(cos, sin)`` of dtype ``call.cdt`` for a validated call: rows of the
-        table of positions (eager integer positions), else computed."""
-        ctx, xshape, cdt, pos = call.ctx, tuple(call.x.shape), call.cdt, call.positions
+    def _rotation_tables(self, call: Call, cdt: Any = None, *,
+                         fuse: bool = True) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` of dtype ``cdt`` (default ``call.cdt``) for a validated
+        call: rows of the table of positions (eager integer positions, or an int offset), else
+        computed and, with ``fuse``, cast to ``cdt`` and materialized (``fuse=False``: in
+        ``ctx.wide``, for a caller that mixes the tables first, as FoPE)."""
+        ctx, xshape, pos = call.ctx, tuple(call.x.shape), call.positions
+        cdt = call.cdt if cdt is None else cdt
         static_len = None
         if pos is None:
             if type(call.offset) is int:
@@ -379,11 +378,25 @@ class RotaryEncoder(Encoder):
                 return rows
         cos, sin = self._table(pos, ctx=ctx, seq_len=call.seq_len, tracing=call.tracing,
                                static_len=static_len)
+        if not fuse:
+            return cos, sin
         # One table per position, shared by every head: a compiler must not recompute it for
         # each element of x (XLA would fuse it into the rotation loop).
         xp = ctx.xp
         return _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
                                        sin if sin.dtype == cdt else xp.astype(sin, cdt), xp=xp)
+
+    def _tables_at(self, pos: Any, *, ctx: Ctx, cdt: Any, seq_len: int | None,
+                   tracing: bool) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` at validated ``pos``: rows of the table of positions in
+        ``cdt`` (eager integer ids, ``cdt`` float32/float64: the wide values rounded once, as
+        computing gives), else computed in ``ctx.wide``."""
+        xp = ctx.xp
+        if not tracing and type(self)._rows_at_ids and cdt in (xp.float32, xp.float64):
+            rows = gathered_rows(self, pos, ctx=ctx, cdt=cdt)
+            if rows is not None:
+                return rows
+        return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
 
     def _check_seq_len(self, seq_len: Any) -> int | None:
         if seq_len is None:
