@@ -12,6 +12,7 @@ backends, scalings and encoders up in that registry only.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -62,11 +63,23 @@ def set_default_services(services: Services) -> None:
     _default = services
 
 
+def dynamo_tracing() -> bool:
+    """Whether TorchDynamo traces this call (``torch.compile``), without importing torch. A
+    torch still being imported by another thread (in ``sys.modules``, not yet complete) cannot be
+    tracing this one."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return is_compiling is not None and bool(is_compiling())
+
+
 def current_services() -> Services:
-    """The registry building an encoder right now (:func:`use_services`), else the default."""
-    found = _current.get()
-    if found is not None:
-        return found
+    """The registry building an encoder right now (:func:`use_services`), else the default.
+    While TorchDynamo traces (``torch.compile``), the default: it cannot read a ``ContextVar``
+    (fullgraph would fail), and encoders are built outside compiled code anyway."""
+    if not dynamo_tracing():
+        found = _current.get()
+        if found is not None:
+            return found
     if _default is None:  # only if peregistry.registry was never imported: a packaging bug
         raise RuntimeError("no peregistry registry is installed; import peregistry first")
     return _default

@@ -256,9 +256,13 @@ class Registry:
         """The adapter owning array ``x``, or None. Cached by type; frameworks that are not
         imported yet are never asked (an array of theirs cannot exist)."""
         t = type(x)
-        found = self._backend_by_type.get(t)
-        if found is not None:
-            return found
+        # Not read under torch.compile either: Dynamo would guard on the dict, and the first
+        # eager call after a compiled one (which fills it) would force a recompilation.
+        compiler = getattr(sys.modules.get("torch"), "compiler", None)  # (dynamo_tracing, inline)
+        if compiler is None or not compiler.is_compiling():
+            found = self._backend_by_type.get(t)
+            if found is not None:
+                return found
         for b in self.backends():
             if b.name in sys.modules and b.owns(x):
                 # Not while tracing: torch.compile guards on this dict, and filling it inside a

@@ -247,6 +247,112 @@ def test_torch_op_batches_under_vmap_without_the_fallback() -> None:
     assert torch.equal(y, x.movedim(1, 0)) and y.data_ptr() != x.data_ptr()
 
 
+def test_torch_vmap_over_tables_with_a_plain_x() -> None:
+    """Eager ``torch.func.vmap`` over offsets, positions or tables with ``x`` not batched: the
+    stacked single calls (the eager out= ops have no batching rule; a batched table alone must
+    take the plain expression)."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+    from torch.func import vmap
+
+    enc = per.get_encoder("rotary", dim=16)
+    x = torch.randn(4, 6, 16, generator=torch.Generator().manual_seed(4))
+    ids = torch.stack([torch.arange(6), torch.arange(6) + 7])
+    cases = [(lambda o: enc.rotate(x, offset=o), torch.tensor([0, 5, 9])),
+             (lambda p: enc.rotate(x, p), ids),
+             (lambda p: enc.rotate(x, p), ids.to(torch.float32) + 0.5),
+             (lambda p: enc.tables(p).rotate(x), ids)]
+    for fn, batch in cases:
+        assert torch.equal(vmap(fn)(batch), torch.stack([fn(b) for b in batch]))
+
+
+# torch's first forward-mode call loads decompositions through torch.jit.script (torch 2.13)
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torch_compiled_transforms_through_real_positions() -> None:
+    """Inside ``torch.compile``, ``torch.func`` transforms with respect to real-valued positions
+    give eager's derivatives: tables that may carry one do not pass the opaque boundary op (it
+    has no forward-mode rule; with it a jvp came out all zeros and a grad raised)."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+    from torch.func import grad, jacfwd, jvp
+
+    enc = per.get_encoder("rotary", dim=16)
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(2, 6, 16, generator=g), torch.randn(2, 6, 16, generator=g)
+    p, t = torch.arange(6, dtype=torch.float32) + 3.0, torch.randn(6, generator=g)
+
+    def loss(q: Any) -> Any:
+        return (enc.rotate(x, q) * w).sum()
+
+    def tangent(q: Any, d: Any) -> Any:
+        return jvp(lambda r: enc.rotate(x, r), (q,), (d,))[1]
+
+    def jac(q: Any) -> Any:
+        return jacfwd(lambda r: enc.rotate(x, r).sum(dim=(0, 2)))(q)
+
+    for fn, args in ((grad(loss), (p,)), (tangent, (p, t)), (jac, (p,))):
+        want = fn(*args)
+        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*args)
+        assert want.abs().max() > 0
+        torch.testing.assert_close(got, want)
+
+
+def test_torch_boundary_only_for_tables_of_integer_positions() -> None:
+    """The opaque op enters the graph for tables made from integer positions (nothing to
+    differentiate), not for real-valued positions nor for tables a user passes."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import torch
+
+    enc = per.get_encoder("rotary", dim=16)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(6))
+    angles = torch.arange(6.0)[:, None] * torch.tensor(rope.inv_freq(16))[None, :].float()
+    cos, sin = torch.cos(angles), torch.sin(angles)  # a user's own half-width tables
+
+    def count(fn: Any, *args: Any) -> int:
+        seen: list[str] = []
+
+        def backend(gm: Any, example_inputs: Any) -> Any:
+            seen.extend(str(n.target) for n in gm.graph.nodes)
+            return gm
+
+        torch._dynamo.reset()
+        torch.compile(fn, fullgraph=True, backend=backend)(*args)
+        return seen.count("peregistry.materialize.default")
+
+    assert count(lambda v, p: enc.rotate(v, p), x, torch.arange(6)) == 2
+    assert count(lambda v, p: enc.tables(p).rotate(v), x, torch.arange(6)) > 0
+    assert count(lambda v, p: enc.rotate(v, p), x, torch.arange(6.0)) == 0
+    assert count(lambda v, c, s: rope.apply_rotary(v, c, s), x, cos, sin) == 0
+
+
+_EAGER_AFTER_COMPILED = r"""
+import torch, peregistry as per
+from torch._dynamo.utils import counters
+enc = per.get_encoder("rotary", dim=16)
+x = torch.randn(2, 5, 16)
+f = torch.compile(lambda v: enc.rotate(v), fullgraph=True, backend="eager")
+f(x)
+enc.rotate(x)
+f(x)
+print(counters["stats"]["unique_graphs"])
+"""
+
+
+def test_torch_first_eager_call_after_a_compiled_one_costs_no_recompilation() -> None:
+    """A model compiled before any eager peregistry call is not compiled again after the first
+    eager one: nothing the eager call binds (the backend-by-type cache, torch's probes) is
+    read while Dynamo traces, so no guard depends on it."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    r = subprocess.run([sys.executable, "-c", _EAGER_AFTER_COMPILED], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1"], r.stdout
+
+
 # -- the house ---------------------------------------------------------------------------------
 def test_backend_adapters_hold_no_rotary_hooks() -> None:
     from peregistry.backends._base import Backend

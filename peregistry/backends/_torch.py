@@ -164,9 +164,11 @@ class TorchBackend(Backend):
     def is_tracing(self, x: Any) -> bool:
         # Asked several times per call: torch's functions looked up once (_probes), not through
         # three module attributes each time.
+        if sys.modules["torch"].compiler.is_compiling():
+            return True  # (before the global is read: see _probe_cpu)
         probe = _probe or bind_probe()
         # torch.jit.trace too: values read there would be baked into the trace as constants
-        if probe.compiling() or probe.tracing_state() is not None:
+        if probe.tracing_state() is not None:
             return True
         if type(x) is probe.tensor and probe.transforms() is None:
             return False  # eager, outside torch.func transforms: no wrapper (the common case)
@@ -224,6 +226,10 @@ _probe: _Probes | None = None
 
 
 def _probe_cpu() -> Any:
+    # Under TorchDynamo the global is not read (it would guard on it, and the first eager call,
+    # which binds it, would force a recompilation).
+    if sys.modules["torch"].compiler.is_compiling():
+        return sys.modules["torch"].device("cpu")
     return (_probe or bind_probe()).cpu
 
 

@@ -81,10 +81,10 @@ class SplitRotaryTables(RotaryTables):
     __slots__ = ("second",)
 
     def __init__(self, cos: Any, sin: Any, *, layout: Any, head_dim: int, owner: str,
-                 ctx: Ctx, rotary_features: str) -> None:
+                 ctx: Ctx, rotary_features: str, constant: bool = False) -> None:
         h = int(cos.shape[-1]) // 2
         kw = {"layout": layout, "head_dim": head_dim, "owner": owner, "ctx": ctx,
-              "rotary_features": rotary_features}
+              "rotary_features": rotary_features, "constant": constant}
         super().__init__(cos[..., :h], sin[..., :h], **kw)
         self.second = RotaryTables(cos[..., h:], sin[..., h:], **kw)
 

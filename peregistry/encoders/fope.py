@@ -277,9 +277,11 @@ class FoPE(LearnedParams, RotaryEncoder):
                     groups = heads // kv
         cos, sin = self._mix(cos, sin, params, heads=heads, ctx=ctx, repeat=False)
         xp, cdt = ctx.xp, call.cdt
+        # (mixed by params: not constant; the matmul already keeps the basis's trigonometry
+        # out of the rotation's loop)
         cos, sin = _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
                                            sin if sin.dtype == cdt else xp.astype(sin, cdt),
-                                           xp=xp)
+                                           xp=xp, constant=False)
         return cos, sin, groups
 
     def _mix(self, cos: Any, sin: Any, params: Mapping[str, Any], *, heads: int | None,

@@ -324,7 +324,8 @@ class MRope(MultiAxisRotary, ScaledRotary):
                                tracing=ctx.backend.is_tracing(pos), static_len=None)
         return SplitRotaryTables(cos, sin, layout=self._values["layout"],
                                  head_dim=self._head_dim(), owner=self.name, ctx=ctx,
-                                 rotary_features=self._values["rotary_features"])
+                                 rotary_features=self._values["rotary_features"],
+                                 constant=not ctx.backend.is_float_dtype(pos.dtype))
 
     def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
                 seq_len: int | None, native: bool) -> Any:

@@ -56,6 +56,10 @@ class RotaryTables:
         ``rotary_dim``).
     :param rotary_features: ``"first"``: the first ``rotary_dim`` features rotate; ``"last"``:
         the last ones (DeepSeek-V4's ``[nope | rope]`` heads).
+    :param constant: the tables depend on nothing differentiable (integer positions and
+        constants, as an encoder's ``tables`` knows): under ``torch.compile`` they may then pass
+        an opaque op that keeps inductor from recomputing their trigonometry for every element
+        (it has no forward-mode rule, so tables that may carry a derivative do not pass it).
 
     :meth:`peregistry.RotaryEncoder.tables` makes them from an encoder; tables of any other
     source (such as :func:`peregistry.rope.cos_sin`, or a model's own half-width tables) work
@@ -64,12 +68,12 @@ class RotaryTables:
     object is made (it casts them to float32 then): make new ones for new values.
     """
 
-    __slots__ = ("_ctx", "_float32", "cos", "head_dim", "interleaved", "last", "owner",
-                 "rotary_dim", "sin")
+    __slots__ = ("_constant", "_ctx", "_float32", "cos", "head_dim", "interleaved", "last",
+                 "owner", "rotary_dim", "sin")
 
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
                  owner: str = "RotaryTables", ctx: Ctx | None = None,
-                 rotary_features: str = "first") -> None:
+                 rotary_features: str = "first", constant: bool = False) -> None:
         if ctx is None:
             from ..encoders.context import make_context
 
@@ -98,11 +102,13 @@ class RotaryTables:
         self._float32: tuple[Any, Any] | None = None
         if cos.dtype == getattr(xp, "float64", None):
             cos, sin, cos32, sin32 = _delegation.materialize(
-                cos, sin, xp.astype(cos, xp.float32), xp.astype(sin, xp.float32), xp=xp)
+                cos, sin, xp.astype(cos, xp.float32), xp.astype(sin, xp.float32), xp=xp,
+                constant=constant)
             self._float32 = (cos32, sin32)
         else:
-            cos, sin = _delegation.materialize(cos, sin, xp=xp)
+            cos, sin = _delegation.materialize(cos, sin, xp=xp, constant=constant)
         self.cos, self.sin = cos, sin
+        self._constant = constant
 
     @property
     def layout(self) -> Layout:
@@ -140,7 +146,8 @@ class RotaryTables:
             if self._float32 is not None and cdt == xp.float32:
                 cos, sin = self._float32
             else:
-                cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp)
+                cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp,
+                                                   constant=self._constant)
         return rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
                                interleaved=self.interleaved, last=self.last, cdt=cdt, xp=xp)
 

@@ -88,7 +88,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     if not plain:
         if _is_dtensor(x):
             return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
-        if torch.compiler.is_compiling() or is_placeholder(x):
+        # (a batched table with a plain x, under torch.func.vmap: the out= ops have no
+        # batching rule)
+        if (torch.compiler.is_compiling() or is_placeholder(x) or is_placeholder(cos)
+                or is_placeholder(sin)):
             return _rotate_functional(x, cos, sin, rotary_dim, interleaved)
     # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops and
     # the kernel would drop their tangents).

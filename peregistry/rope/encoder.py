@@ -28,6 +28,7 @@ from ..encoders.context import Ctx, resolve_dtype
 from . import _temperature
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
+from ._offsets import check_offset_range, concrete_len
 from ._tables import gathered_rows, offset_rows, token_rows
 
 if TYPE_CHECKING:
@@ -172,11 +173,14 @@ class RotaryEncoder(Encoder):
         return tuple(positions.shape)
 
     def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
-        """Positions for ``positions=None``: ``offset + arange(seq)``."""
+        """Positions for ``positions=None``: ``offset + arange(seq)`` (``seq`` may be a symbolic
+        length, as under ``torch.export``/``jax.export``: see :func:`._offsets.concrete_len`)."""
         xp = ctx.xp
         if isinstance(offset, int):
-            if offset + seq <= 2**31 - 1:  # the usual case; else the stop may not fit
-                return xp.arange(offset, offset + seq, device=ctx.device)
+            n = concrete_len(seq)
+            if n is not None and offset + n <= 2**31 - 1:  # usual; else the stop may not fit
+                return xp.arange(offset, offset + n, device=ctx.device)
+            # A symbolic length: arange(seq) in the dtype arange(offset, offset + seq) has.
             wide = _delegation.wide_int(xp)
             return (xp.asarray(offset, dtype=wide, device=ctx.device)
                     + xp.arange(seq, dtype=wide, device=ctx.device))
@@ -248,7 +252,8 @@ class RotaryEncoder(Encoder):
         spec = self._rotation
         return RotaryTables(cos, sin, layout="interleaved" if spec.interleaved else "half",
                             head_dim=spec.head_dim, owner=self.name, ctx=ctx,
-                            rotary_features="last" if spec.last else "first")
+                            rotary_features="last" if spec.last else "first",
+                            constant=not ctx.backend.is_float_dtype(pos.dtype))
 
     # -- machinery -----------------------------------------------------------------------------
     def _rotate(self, x: Any, positions: Any, *, offset: Any, params: Mapping[str, Any] | None,
@@ -305,47 +310,16 @@ class RotaryEncoder(Encoder):
                                  f"(..., seq, dim), or pass positions")
             if offset_arr is not None:
                 offset = self._positions(offset_arr, ctx, what="offset")
-            if not (type(offset) is int and -(2**31) <= offset <= 2**31 - 1 - xshape[-2]):
-                self._check_offset_range(offset, xshape[-2], ctx, tracing=tracing)
+            n = concrete_len(xshape[-2])
+            if not (type(offset) is int and n is not None
+                    and -(2**31) <= offset <= 2**31 - 1 - n):
+                check_offset_range(self.name, offset, xshape[-2], ctx, tracing=tracing)
         else:
             if offset_arr is not None or offset != 0:
                 raise ValueError(f"{self.name}: offset={offset!r} is only used with "
                                  f"positions=None; add it to the positions instead")
             positions = self._positions(positions, ctx)
         return Call(ctx, x, positions, offset, seq_len, tracing, cdt)
-
-    def _check_offset_range(self, offset: Any, seq: int, ctx: Ctx, *, tracing: bool) -> None:
-        """Positions ``offset .. offset+seq-1`` must fit the integer dtype they are computed in
-        (int64; int32 under JAX without x64), or they would wrap silently. A Python int is
-        checked always; an integer array when its values can be read now (eagerly, without a
-        device synchronization, except under JAX without x64 where int32 is reachable) and its
-        dtype could overflow at all (an int32 offset never can in int64)."""
-        xp = ctx.xp
-        wide = _delegation.wide_int(xp)
-        limits = xp.iinfo(wide)
-        if isinstance(offset, int):
-            first = last = offset
-        elif xp.isdtype(offset.dtype, "integral"):
-            own = xp.iinfo(offset.dtype)
-            if (own.max + max(seq, 1) - 1 <= limits.max and own.min >= limits.min) or tracing:
-                return
-            if limits.bits == 64 and not _delegation.reads_cheaply(offset, xp=xp):
-                return  # beyond 2**63 - seq: not read back from an accelerator (documented)
-            size = math.prod(int(n) for n in offset.shape)
-            bounds = _delegation.int_bounds(offset, ctx=ctx) if size else None
-            if bounds is None:
-                return
-            first, last = bounds
-        else:
-            return
-        end = last + max(seq, 1) - 1
-        if first < limits.min or end > limits.max:
-            value, reach = (first, first) if first < limits.min else (last, end)
-            raise ValueError(
-                f"{self.name}: offset={value} with {seq} positions reaches position "
-                f"{reach}, beyond what {str(getattr(wide, '__name__', wide)).rsplit('.', 1)[-1]} "
-                f"positions hold ({limits.min} .. {limits.max}); they would wrap. Pass a "
-                f"smaller offset (or positions of a real dtype)")
 
     def _rotation_tables(self, call: Call, cdt: Any = None, *,
                          fuse: bool = True) -> tuple[Any, Any]:
@@ -384,7 +358,8 @@ class RotaryEncoder(Encoder):
         # each element of x (XLA would fuse it into the rotation loop).
         xp = ctx.xp
         return _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
-                                       sin if sin.dtype == cdt else xp.astype(sin, cdt), xp=xp)
+                                       sin if sin.dtype == cdt else xp.astype(sin, cdt), xp=xp,
+                                       constant=not ctx.backend.is_float_dtype(pos.dtype))
 
     def _tables_at(self, pos: Any, *, ctx: Ctx, cdt: Any, seq_len: int | None,
                    tracing: bool) -> tuple[Any, Any]:
@@ -444,3 +419,4 @@ class RotaryEncoder(Encoder):
             f"from traced positions (jax.jit / torch.compile); pass seq_len=<int> (Hugging "
             f"Face uses max(positions) + 1), or positions=None with an int offset"
         )
+
