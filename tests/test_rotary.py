@@ -587,8 +587,9 @@ def test_torch_export_leaves_the_boundary_out() -> None:
 
 
 def test_torch_compile_gradients_flow_through_the_materialized_table() -> None:
-    """Under torch.compile the table passes an opaque op (a fusion boundary); gradients with
-    respect to x and to real-valued positions are those of eager mode."""
+    """Under torch.compile the table passes a fusion boundary (for real-valued positions a
+    stack, differentiable in every mode); gradients with respect to x and to real-valued
+    positions are those of eager mode."""
     if "torch" not in SELECTED:
         pytest.skip("torch is not among the selected backends")
     import torch

@@ -277,8 +277,7 @@ class FoPE(LearnedParams, RotaryEncoder):
                     groups = heads // kv
         cos, sin = self._mix(cos, sin, params, heads=heads, ctx=ctx, repeat=False)
         xp, cdt = ctx.xp, call.cdt
-        # (mixed by params: not constant; the matmul already keeps the basis's trigonometry
-        # out of the rotation's loop)
+        # (mixed by params: not constant)
         cos, sin = _delegation.materialize(cos if cos.dtype == cdt else xp.astype(cos, cdt),
                                            sin if sin.dtype == cdt else xp.astype(sin, cdt),
                                            xp=xp, constant=False)

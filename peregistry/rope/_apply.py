@@ -57,9 +57,9 @@ class RotaryTables:
     :param rotary_features: ``"first"``: the first ``rotary_dim`` features rotate; ``"last"``:
         the last ones (DeepSeek-V4's ``[nope | rope]`` heads).
     :param constant: the tables depend on nothing differentiable (integer positions and
-        constants, as an encoder's ``tables`` knows): under ``torch.compile`` they may then pass
-        an opaque op that keeps inductor from recomputing their trigonometry for every element
-        (it has no forward-mode rule, so tables that may carry a derivative do not pass it).
+        constants, as an encoder's ``tables`` knows): under ``torch.compile`` they then pass an
+        opaque op, others a differentiable stack; either keeps inductor from recomputing their
+        trigonometry for every element (the op has no forward-mode rule).
 
     :meth:`peregistry.RotaryEncoder.tables` makes them from an encoder; tables of any other
     source (such as :func:`peregistry.rope.cos_sin`, or a model's own half-width tables) work

@@ -151,11 +151,10 @@ def materialize(*arrays: Any, xp: Any, constant: bool) -> tuple[Any, ...]:
     """The arrays, computed as they are rather than fused into their consumers by a tracing
     compiler (for small tables that many elements of a larger array reuse); unchanged outside
     a trace and on namespaces without such a compiler. ``constant``: no derivative can flow
-    through the arrays (made from integer positions and constants only). torch's boundary, an
-    opaque op, is used only then: it has no forward-mode rule, and inside a compiled region a
-    torch.func transform is invisible, so a tangent or gradient through it could be lost."""
+    through the arrays (made from integer positions and constants only); torch then uses an
+    opaque op, else a differentiable stack (:func:`._torch.materialize`)."""
     if _is_torch(xp):
-        return _torch.materialize(*arrays) if constant else arrays
+        return _torch.materialize(*arrays, constant=constant)
     if _is_jax(xp):
         return _jax.materialize(*arrays)
     return arrays
