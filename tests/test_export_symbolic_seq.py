@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import BACKENDS
+from test_compiled_rotation import _ulps
 
 import peregistry as per
 
@@ -35,14 +36,6 @@ def _encoder() -> Any:
 
 def _inputs(seq: int) -> np.ndarray[Any, Any]:
     return np.random.default_rng(seq).standard_normal((2, 4, seq, 64)).astype(np.float32)
-
-
-def _pair_ulps(got: Any, want: Any, x: Any) -> float:
-    """The largest ``|got - want|`` in ulps of the pair's length ``|(a, b)|`` (half layout)."""
-    got, want, x = (np.asarray(a, dtype=np.float64) for a in (got, want, x))
-    h = x.shape[-1] // 2
-    norm = np.concatenate([np.hypot(x[..., :h], x[..., h:])] * 2, axis=-1)
-    return float(np.max(np.abs(got - want) / np.spacing(norm.astype(np.float32))))
 
 
 def _xla_unoptimized() -> bool:
@@ -69,7 +62,7 @@ def test_jax_export_with_a_symbolic_sequence_length(offset: int) -> None:
         x = jax.numpy.asarray(_inputs(seq))
         got, eager = np.asarray(exported.call(x)), np.asarray(enc.rotate(x, offset=offset))
         np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(x)))
-        assert _pair_ulps(got, eager, x) <= 1.0
+        assert _ulps(got, eager, x, interleaved=False) <= 1.0
         if _xla_unoptimized():
             np.testing.assert_array_equal(got, eager)
 

@@ -150,7 +150,8 @@ def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,
 def materialize(*arrays: Any, xp: Any, constant: bool) -> tuple[Any, ...]:
     """The arrays, computed as they are rather than fused into their consumers by a tracing
     compiler (for small tables that many elements of a larger array reuse); unchanged outside
-    a trace and on namespaces without such a compiler. ``constant``: no derivative can flow
+    a trace and on namespaces without such a compiler. The arrays come as ``(cos, sin)`` pairs of
+    one shape and dtype. ``constant``: no derivative can flow
     through the arrays (made from integer positions and constants only); torch then uses an
     opaque op, else a differentiable stack (:func:`._torch.materialize`)."""
     if _is_torch(xp):
