@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from peregistry.rope import _kernel
-from peregistry.rope import _torch as _torch_paths
+from peregistry.rope import _torch_kernel as _torch_paths
 from peregistry.testing._core import selected_backends
 
 SELECTED = [b.name for b in selected_backends()]
@@ -389,7 +389,7 @@ def test_torch_kernel_uses_torch_openmp_team(torch: Any, kernel: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With torch on OpenMP (Linux wheels), the kernel is handed torch's GOMP_parallel, and the
     result equals the POSIX-threads runner and one thread."""
-    from peregistry.rope._torch import torch_gomp
+    from peregistry.rope._torch_kernel import torch_gomp
 
     if not torch.backends.openmp.is_available() or not sys.platform.startswith("linux"):
         pytest.skip("torch is not built with OpenMP here, or not on Linux (/proc/self/maps)")

@@ -23,7 +23,7 @@ NATIVE_ENV = "PEREGISTRY_NATIVE"
 #: dtype name -> the kernel's code for ``x``; the tables must be float32 (0) or float64 (1).
 DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2, "float16": 3}
 
-#: ``KERNEL.module`` before the first load (the hot path tests it inline, see rope/_torch.py).
+#: ``KERNEL.module`` before the first load (the hot path tests it inline, see rope/_torch_kernel.py).
 UNLOADED: Any = object()
 
 

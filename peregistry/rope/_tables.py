@@ -131,7 +131,7 @@ def clear_caches() -> None:
     never change, only speed)."""
     from .._jax_eager import clear as clear_programs
     from ._numpy import PLANS as NUMPY_PLANS
-    from ._torch import PLANS as TORCH_PLANS
+    from ._torch_kernel import PLANS as TORCH_PLANS
 
     STORE.clear()
     clear_programs()
