@@ -397,3 +397,24 @@ def test_plugin_docstring_example_passes_the_suite() -> None:
 
     report = check_encoder(Axial2D(dim=8), backends="numpy")
     assert report.ok, report
+
+
+def test_torch_jit_trace_records_the_rotation() -> None:
+    """Under ``torch.jit.trace`` the rotation is recorded as torch ops (the eager kernel's call
+    would not be, and failed on traced sizes), so the trace replays on new values."""
+    if "torch" not in SELECTED:
+        pytest.skip("torch is not among the selected backends")
+    import warnings
+
+    import torch
+
+    gen = torch.Generator().manual_seed(6)
+    x, x2 = torch.randn(3, 16, generator=gen), torch.randn(3, 16, generator=gen)
+    for layout in ("half", "interleaved"):
+        enc = per.get_encoder("rotary", dim=16, layout=layout)
+        tables = enc.tables(torch.arange(3))
+        for fn in (enc.rotate, tables.rotate):
+            with warnings.catch_warnings():  # (torch.jit.trace is deprecated in torch 2.13,
+                warnings.simplefilter("ignore")  # and warns of Python values it records)
+                traced = torch.jit.trace(fn, (x,), check_trace=False)
+            assert torch.equal(traced(x2), fn(x2))

@@ -95,8 +95,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
 
     # The common case first, in few calls (it is paid on every layer of every decode step): a
     # plain tensor, eager, outside torch.func transforms, where no tensor can be a wrapper.
-    # ``eager``: the caller's is_tracing(x) saw that nothing compiles.
-    plain = (type(x) is torch.Tensor and (eager or not torch.compiler.is_compiling())
+    # ``eager``: the caller's is_tracing(x) saw that nothing compiles or traces.
+    plain = (type(x) is torch.Tensor
+             and (eager or (not torch.compiler.is_compiling()
+                            and torch._C._get_tracing_state() is None))
              and torch._C._functorch.peek_interpreter_stack() is None)
     if not plain:
         if _is_dtensor(x):
@@ -109,7 +111,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
 
                 return op(x, cos, sin, rotary_dim, interleaved)
             return rotate_functional(x, cos, sin, rotary_dim, interleaved)
-        if is_placeholder(x) or is_placeholder(cos) or is_placeholder(sin):
+        # (torch.jit.trace records torch ops; the kernel's call would not be, nor run on
+        # traced sizes)
+        if (torch._C._get_tracing_state() is not None or is_placeholder(x)
+                or is_placeholder(cos) or is_placeholder(sin)):
             return rotate_functional(x, cos, sin, rotary_dim, interleaved)
     # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops and
     # the kernel would drop their tangents).
