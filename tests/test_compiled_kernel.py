@@ -38,17 +38,22 @@ def _counting() -> tuple[list[int], Callable[..., Any]]:
     return seen, backend
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize(("dtype", "rotary_dim"), [("float32", 64), ("bfloat16", 32),
-                                                   ("float64", 64)])
+@pytest.mark.parametrize(("layout", "dtype", "rotary_dim"), [
+    ("interleaved", "float32", 64), ("interleaved", "bfloat16", 32), ("interleaved", "float64", 64),
+    ("half", "bfloat16", 64)])
 def test_compiled_inference_rotates_with_the_kernel(layout: str, dtype: str,
                                                     rotary_dim: int) -> None:
+    """An interleaved or bfloat16 rotation of 2**18 elements (the threshold), full or partial."""
     import torch
 
+    from peregistry.rope._torch import COMPILED_KERNEL_ELEMENTS
+
     enc = per.get_encoder("rotary", dim=64, layout=layout, rotary_dim=rotary_dim)
-    x = torch.randn(2, 3, 9, 64, generator=torch.Generator().manual_seed(0)).to(
+    x = torch.randn(1, 4, 1024, 64, generator=torch.Generator().manual_seed(0)).to(
         getattr(torch, dtype))
+    assert x.numel() == COMPILED_KERNEL_ELEMENTS
     seen, backend = _counting()
+    torch._dynamo.reset()
     got = torch.compile(lambda v: enc.rotate(v, offset=5), backend=backend, fullgraph=True)(x)
     assert seen == [1]
     assert torch.equal(got, enc.rotate(x, offset=5))
@@ -59,19 +64,21 @@ def test_compiled_inference_rotates_with_the_kernel(layout: str, dtype: str,
         assert torch.equal(inductor, enc.rotate(x, offset=5))
 
 
-def test_compiled_kernel_not_used_where_it_cannot_run() -> None:
-    """A transposed ``x`` (inductor's fused loop reads it in place) and float16 (the kernel has
-    no torch float16) keep the plain expression."""
+def test_compiled_kernel_not_used_where_inductor_does_as_well_or_it_cannot_run() -> None:
+    """The float32 half layout (inductor's loop is as fast), fewer elements than the threshold (the
+    op's fixed cost), a transposed ``x`` (inductor's fused loop reads it in place) and float16
+    (the kernel has no torch float16) keep the plain expression."""
     import torch
 
-    enc = per.get_encoder("rotary", dim=16, layout="interleaved")
-    x = torch.randn(2, 7, 3, 16, generator=torch.Generator().manual_seed(1))
-    for v in (x.transpose(1, 2), x.half()):
+    half = per.get_encoder("rotary", dim=64)
+    enc = per.get_encoder("rotary", dim=64, layout="interleaved")
+    x = torch.randn(1, 1024, 4, 64, generator=torch.Generator().manual_seed(1))
+    for e, v in ((half, x), (enc, x[:, :512]), (enc, x.transpose(1, 2)), (enc, x.half())):
         seen, backend = _counting()
         torch._dynamo.reset()
-        got = torch.compile(lambda a: enc.rotate(a), backend=backend, fullgraph=True)(v)
+        got = torch.compile(lambda a, e=e: e.rotate(a), backend=backend, fullgraph=True)(v)
         assert seen == [0]
-        assert torch.equal(got, enc.rotate(v))
+        assert torch.equal(got, e.rotate(v))
 
 
 def test_compiled_kernel_follows_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,10 +86,11 @@ def test_compiled_kernel_follows_the_switch(monkeypatch: pytest.MonkeyPatch) -> 
     expression, with the same result."""
     import torch
 
-    from peregistry.rope import _torch_op
+    from peregistry.rope import _torch, _torch_op
 
     monkeypatch.setattr(_torch_op, "KERNEL_ON", False)
-    enc = per.get_encoder("rotary", dim=16)
+    monkeypatch.setattr(_torch, "COMPILED_KERNEL_ELEMENTS", 1)
+    enc = per.get_encoder("rotary", dim=16, layout="interleaved")
     x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2))
     seen, backend = _counting()
     torch._dynamo.reset()
@@ -134,14 +142,21 @@ def _derivative_cases(enc: Any, x: Any, t: Any) -> dict[str, tuple[Callable[[], 
     }
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_compiled_derivatives_equal_eager(layout: str) -> None:
+@pytest.fixture
+def small_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's threshold down to one element, so that small inputs would take the op."""
+    from peregistry.rope import _torch
+
+    monkeypatch.setattr(_torch, "COMPILED_KERNEL_ELEMENTS", 1)
+
+
+def test_compiled_derivatives_equal_eager(small_kernel: None) -> None:
     """The op has no derivative: wherever one is asked for, the compiled result is eager's
     (the op would give a zero or missing tangent here, silently: measured before the guard on
     the forward-mode level)."""
     import torch
 
-    enc = per.get_encoder("rotary", dim=8, layout=layout)
+    enc = per.get_encoder("rotary", dim=8, layout="interleaved")
     gen = torch.Generator().manual_seed(3)
     x, t = torch.randn(2, 5, 8, generator=gen), torch.randn(2, 5, 8, generator=gen)
     for name, (compiled, eager) in _derivative_cases(enc, x, t).items():
@@ -151,7 +166,7 @@ def test_compiled_derivatives_equal_eager(layout: str) -> None:
         assert torch.allclose(got, want, rtol=1e-6, atol=1e-6), name
 
 
-def test_compiled_under_no_grad_then_with_grad_recompiles() -> None:
+def test_compiled_under_no_grad_then_with_grad_recompiles(small_kernel: None) -> None:
     """A function compiled under ``no_grad`` (the op) and called again with a ``requires_grad``
     input is traced again (Dynamo guards grad mode and ``requires_grad``): a true gradient."""
     import torch
@@ -171,7 +186,7 @@ def test_compiled_under_no_grad_then_with_grad_recompiles() -> None:
     assert v.grad is not None and torch.equal(v.grad, ref.grad)
 
 
-def test_export_keeps_the_plain_expression() -> None:
+def test_export_keeps_the_plain_expression(small_kernel: None) -> None:
     """A saved program must load where peregistry defined no op."""
     import torch
 
@@ -186,3 +201,21 @@ def test_export_keeps_the_plain_expression() -> None:
         ep = torch.export.export(M(), (x,))
     assert not any("peregistry" in str(n.target) for n in ep.graph.nodes)
     assert torch.equal(ep.module()(x), enc.rotate(x))
+
+
+def test_the_op_refuses_to_run_where_a_derivative_could_be_asked_for() -> None:
+    """Called directly (the rotation never does) with an input requiring a gradient or inside
+    a forward-mode level, the op raises instead of dropping the derivative."""
+    import torch
+    from torch.autograd import forward_ad as fwad
+
+    from peregistry.rope._torch_op import rotate
+
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(6))
+    c, s = torch.ones(3, 4), torch.zeros(3, 4)
+    with torch.no_grad():
+        assert torch.equal(rotate(x.requires_grad_(), c, s, 8, True), x)  # (sin 0: identity)
+    with pytest.raises(RuntimeError, match="no derivative"):
+        rotate(x, c, s, 8, True)
+    with fwad.dual_level(), pytest.raises(RuntimeError, match="no derivative"):
+        rotate(fwad.make_dual(x.detach(), torch.ones_like(x)), c, s, 8, True)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
               "in this run (lower is faster).\n")
     isa = kernel_isa()
-    out.write("native rotation kernel (CPU: eager torch and NumPy, compiled torch inference): "
+    out.write("native rotation kernel (CPU: eager torch, NumPy, compiled torch inference): "
               f"{kernel_status()}{'' if isa == '-' else ', ' + isa}\n")
     return 0
 

@@ -106,7 +106,8 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
         # (a batched table with a plain x, under torch.func.vmap: the out= ops have no
         # batching rule)
         if torch.compiler.is_compiling():
-            if _kernel_under_compile(x, cos, sin):
+            if ((interleaved or x.dtype == torch.bfloat16)
+                    and _kernel_under_compile(x, cos, sin)):
                 from peregistry.rope._torch_op import rotate as op
 
                 return op(x, cos, sin, rotary_dim, interleaved)
@@ -140,14 +141,25 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     return out
 
 
+#: Under ``torch.compile``, the fewest elements of ``x`` the C kernel rotates: below, the op's
+#: fixed cost (~15 us on 2 threads) is more than inductor's fused loop takes (interleaved,
+#: measured against it: 1.12-1.16x at 32k elements, even at 128k-256k, 0.77-0.88x from 1M;
+#: docs/benchmarks.md).
+COMPILED_KERNEL_ELEMENTS = 1 << 18
+
+
 def _kernel_under_compile(x: Any, cos: Any, sin: Any) -> bool:
-    """Under ``torch.compile``, whether the rotation is the opaque ``peregistry::rotate`` (the C
-    kernel) rather than the plain expression inductor fuses. Only where nothing can take a
+    """Under ``torch.compile``, whether an interleaved or a bfloat16 rotation is the opaque
+    ``peregistry::rotate`` (the C kernel) rather than the plain expression inductor fuses:
+    inductor's loop over stride-2 pairs is scalar, and its bfloat16 half-layout loop up to 6x
+    the kernel's time; float32 and float64 half-layout loops run as fast as the kernel, and stay
+    inductor's (the caller asks). Only where nothing can take a
     derivative through it (the op has none): no gradient needed, no ``torch.func`` transform
-    (Dynamo reads and guards the functorch depth), not exported (a saved program naming a
-    peregistry op would not load in a process that has not defined it); and only where the
-    kernel runs: built, a contiguous CPU ``x`` (a transposed one fuses better into inductor's
-    own loop) of a dtype it takes. Dynamo evaluates all of it while tracing."""
+    (Dynamo reads and guards the functorch depth), no forward-mode level, not exported (a saved
+    program naming a peregistry op would not load in a process that has not defined it); and
+    only where the kernel runs, and pays: built, a contiguous CPU ``x`` (a transposed one fuses
+    better into inductor's own loop) of a dtype it takes, of at least
+    :data:`COMPILED_KERNEL_ELEMENTS` elements. Dynamo evaluates all of it while tracing."""
     torch = sys.modules["torch"]
     from peregistry.rope import _torch_op
 
@@ -159,7 +171,7 @@ def _kernel_under_compile(x: Any, cos: Any, sin: Any) -> bool:
                  and (x.requires_grad or cos.requires_grad or sin.requires_grad))
         and x.device.type == "cpu" and cos.device.type == "cpu" and sin.device.type == "cpu"
         and cos.dtype == sin.dtype and (x.dtype, cos.dtype) in _torch_op.KERNEL_DTYPES
-        and x.is_contiguous())
+        and x.numel() >= COMPILED_KERNEL_ELEMENTS and x.is_contiguous())
 
 
 def _rotate_into(x: Any, big_c: Any, big_s: Any, out: Any, tmp: Any, interleaved: bool) -> None:

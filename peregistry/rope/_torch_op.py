@@ -5,8 +5,9 @@
   rotation (once per element of every head and batch row).
 * ``peregistry::rotate``, the fused C kernel (:mod:`._kernel`) as one call in a compiled CPU
   graph: inductor writes an interleaved rotation as a scalar loop over stride-2 pairs (1.2x a
-  copy), the kernel reads and writes once (1.1x), bit for bit eager. It has no derivative, so
-  :func:`._torch.rotate` calls it only where none can be asked for (see there).
+  copy), the kernel reads and writes once (1.0-1.14x), bit for bit eager. It has no
+  derivative, so :func:`._torch.rotate` traces it only where none can be asked for, and for
+  large interleaved inputs only (see there).
 
 The ops are defined when this module is first imported: on the first call under a compiler,
 where Dynamo runs the import for real (its body is not traced), so a model compiled before any
@@ -53,20 +54,32 @@ def _vmap(info: Any, in_dims: tuple[int | None], a: torch.Tensor) -> tuple[torch
     return a.clone(), in_dims[0]  # a copy keeps the batch axis where it was
 
 
-@torch.library.custom_op(
-    "peregistry::rotate", mutates_args=(),
-    schema="(Tensor x, Tensor cos, Tensor sin, int rotary_dim, bool interleaved) -> Tensor")
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
-           interleaved: bool) -> torch.Tensor:
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
+            interleaved: bool) -> torch.Tensor:
     """The eager rotation of :func:`._torch.rotate` (the kernel where it takes the layouts,
-    else the plain expression: the same bits), always a new contiguous tensor."""
+    else the plain expression: the same bits), always a new contiguous tensor. An error where
+    a derivative could be asked for: the op has none (traced only where none can be)."""
+    if ((torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad))
+            or torch.autograd.forward_ad._current_level >= 0):
+        raise RuntimeError("peregistry::rotate has no derivative: called where one could be "
+                           "asked for (an input requires grad, or inside a forward-mode "
+                           "dual_level); rotate with peregistry's public functions instead")
     out: torch.Tensor | None = rotate_native(x, cos, sin, rotary_dim, interleaved)
     if out is None:
         out = rotate_functional(x, cos, sin, rotary_dim, interleaved).contiguous()
     return out
 
 
-@rotate.register_fake
-def _(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
-      interleaved: bool) -> torch.Tensor:
+def _rotate_fake(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
+                 interleaved: bool) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+# Defined through a library fragment with a CPU kernel, not ``custom_op``: that adds ~10 us
+# of Python per call (its autograd wrapper), as much as the kernel takes on a decode step. No
+# autograd kernel: the op is only traced where nothing is differentiated (._torch).
+torch.library.define("peregistry::rotate",
+                     "(Tensor x, Tensor cos, Tensor sin, int rotary_dim, bool interleaved) -> Tensor")
+torch.library.impl("peregistry::rotate", "CPU", _rotate)
+torch.library.register_fake("peregistry::rotate", _rotate_fake)
+rotate = torch.ops.peregistry.rotate.default
