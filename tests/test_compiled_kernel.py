@@ -219,3 +219,19 @@ def test_the_op_refuses_to_run_where_a_derivative_could_be_asked_for() -> None:
         rotate(x, c, s, 8, True)
     with fwad.dual_level(), pytest.raises(RuntimeError, match="no derivative"):
         rotate(fwad.make_dual(x.detach(), torch.ones_like(x)), c, s, 8, True)
+
+
+def test_compiles_where_only_pt2_compliant_ops_are_allowed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op carries ``pt2_compliant_tag`` (as ``custom_op`` ops do), so ``fullgraph=True``
+    compiles with Dynamo's ``only_allow_pt2_compliant_ops`` (without the tag: an error)."""
+    import torch
+
+    monkeypatch.setattr(torch._dynamo.config, "only_allow_pt2_compliant_ops", True)
+    enc = per.get_encoder("rotary", dim=64, layout="interleaved")
+    x = torch.randn(1, 4, 1024, 64, generator=torch.Generator().manual_seed(7))
+    seen, backend = _counting()
+    torch._dynamo.reset()
+    got = torch.compile(lambda v: enc.rotate(v), backend=backend, fullgraph=True)(x)
+    assert seen == [1] and torch.equal(got, enc.rotate(x))
+    torch._dynamo.reset()

@@ -78,8 +78,10 @@ def _rotate_fake(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_d
 # Defined through a library fragment with a CPU kernel, not ``custom_op``: that adds ~10 us
 # of Python per call (its autograd wrapper), as much as the kernel takes on a decode step. No
 # autograd kernel: the op is only traced where nothing is differentiated (._torch).
+# (pt2_compliant_tag, as custom_op gives: compiles under only_allow_pt2_compliant_ops too)
 torch.library.define("peregistry::rotate",
-                     "(Tensor x, Tensor cos, Tensor sin, int rotary_dim, bool interleaved) -> Tensor")
+                     "(Tensor x, Tensor cos, Tensor sin, int rotary_dim, bool interleaved) -> Tensor",
+                     tags=(torch.Tag.pt2_compliant_tag,))
 torch.library.impl("peregistry::rotate", "CPU", _rotate)
 torch.library.register_fake("peregistry::rotate", _rotate_fake)
 rotate = torch.ops.peregistry.rotate.default
