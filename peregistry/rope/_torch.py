@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..backends._torch import is_placeholder
-from ._torch_kernel import rotate_functional, rotate_native
+from ._torch_kernel import derivative_possible, rotate_functional, rotate_native
 
 #: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
 #: stay in the last-level cache while the four passes over it run.
@@ -118,7 +118,7 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
                 or is_placeholder(cos) or is_placeholder(sin)):
             return rotate_functional(x, cos, sin, rotary_dim, interleaved)
     # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops and
-    # the kernel would drop their tangents).
+    # the kernel would drop their tangents). (derivative_possible, inline: hot)
     fwad = sys.modules.get("torch.autograd.forward_ad")
     if ((fwad is not None and getattr(fwad, "_current_level", -1) >= 0)
             or (torch.is_grad_enabled() and (
@@ -166,9 +166,7 @@ def _kernel_under_compile(x: Any, cos: Any, sin: Any) -> bool:
     return bool(
         _torch_op.KERNEL_ON and not torch.compiler.is_exporting()
         and torch._C._functorch.get_dynamic_layer_stack_depth() == 0
-        and torch.autograd.forward_ad._current_level < 0
-        and not (torch.is_grad_enabled()
-                 and (x.requires_grad or cos.requires_grad or sin.requires_grad))
+        and not derivative_possible(x, cos, sin)
         and x.device.type == "cpu" and cos.device.type == "cpu" and sin.device.type == "cpu"
         and cos.dtype == sin.dtype and (x.dtype, cos.dtype) in _torch_op.KERNEL_DTYPES
         and x.numel() >= COMPILED_KERNEL_ELEMENTS and x.is_contiguous())

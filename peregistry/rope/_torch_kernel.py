@@ -60,6 +60,29 @@ class _KernelDtypes:
 KERNEL_DTYPES = _KernelDtypes()
 
 
+def takes_codes(xcode: int, wcode: int) -> bool:
+    """Whether the kernel rotates ``x`` of dtype code ``xcode`` by tables of ``wcode``: tables
+    float32 or float64, and a float64 ``x`` only with float64 tables (type promotion would
+    rotate it in float64)."""
+    return wcode <= 1 and not (xcode == 1 and wcode == 0)
+
+
+def takes_dtypes(x_dtype: Any, table_dtype: Any) -> bool:
+    """Whether the kernel rotates ``x`` of ``x_dtype`` by tables of ``table_dtype``."""
+    xcode, wcode = KERNEL_DTYPES.code(x_dtype), KERNEL_DTYPES.code(table_dtype)
+    return xcode is not None and wcode is not None and takes_codes(xcode, wcode)
+
+
+def derivative_possible(x: Any, cos: Any, sin: Any) -> bool:
+    """Whether a derivative could be asked through this rotation: an input requiring grad with
+    grad mode on, or a forward-mode ``dual_level`` open (dual tensors). What the kernel's op
+    under ``torch.compile`` must never meet (it has no derivative)."""
+    torch = sys.modules["torch"]
+    return bool(torch.autograd.forward_ad._current_level >= 0
+                or (torch.is_grad_enabled()
+                    and (x.requires_grad or cos.requires_grad or sin.requires_grad)))
+
+
 def rotate_native(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool, *,
                    plain: bool = False) -> Any | None:
     """The rotation by the fused C kernel: one pass over memory on ``torch.get_num_threads()``
@@ -111,8 +134,7 @@ def _plan(x: Any, cos: Any, sin: Any,
     """The kernel's dtype codes, ``x``'s leading shape and the tables' broadcast strides, or None
     if the kernel does not take these layouts and dtypes."""
     xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
-    if (xcode is None or wcode is None or wcode > 1 or sin.dtype != cos.dtype
-            or (xcode == 1 and wcode == 0)  # float64 x rotates in float64 (type promotion)
+    if (xcode is None or wcode is None or not takes_codes(xcode, wcode) or sin.dtype != cos.dtype
             or not x.is_contiguous() or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
             or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):
         return None

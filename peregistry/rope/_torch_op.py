@@ -22,14 +22,14 @@ from typing import Any
 import torch
 
 from ._kernel import load_kernel
-from ._torch_kernel import rotate_functional, rotate_native
+from ._torch_kernel import derivative_possible, rotate_functional, rotate_native, takes_dtypes
 
 #: The C kernel is built and not switched off: read once, when the ops are defined.
 KERNEL_ON = load_kernel() is not None
-#: (x, table) dtypes the kernel rotates (``._torch_kernel._plan``; float64 ``x`` promotes float32 tables).
+#: (x, table) dtypes the kernel rotates, as constants Dynamo can read while tracing.
 KERNEL_DTYPES = frozenset((x, t) for x in (torch.float32, torch.bfloat16, torch.float64)
                           for t in (torch.float32, torch.float64)
-                          if (x, t) != (torch.float64, torch.float32))
+                          if takes_dtypes(x, t))
 
 
 @torch.library.custom_op("peregistry::materialize", mutates_args=(), schema="(Tensor a) -> Tensor")
@@ -59,8 +59,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: i
     """The eager rotation of :func:`._torch.rotate` (the kernel where it takes the layouts,
     else the plain expression: the same bits), always a new contiguous tensor. An error where
     a derivative could be asked for: the op has none (traced only where none can be)."""
-    if ((torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad))
-            or torch.autograd.forward_ad._current_level >= 0):
+    if derivative_possible(x, cos, sin):
         raise RuntimeError("peregistry::rotate has no derivative: called where one could be "
                            "asked for (an input requires grad, or inside a forward-mode "
                            "dual_level); rotate with peregistry's public functions instead")
