@@ -60,17 +60,14 @@ class _KernelDtypes:
 KERNEL_DTYPES = _KernelDtypes()
 
 
-def takes_codes(xcode: int, wcode: int) -> bool:
-    """Whether the kernel rotates ``x`` of dtype code ``xcode`` by tables of ``wcode``: tables
-    float32 or float64, and a float64 ``x`` only with float64 tables (type promotion would
-    rotate it in float64)."""
-    return wcode <= 1 and not (xcode == 1 and wcode == 0)
+#: ``(x, tables)`` dtype codes the kernel rotates: tables float32 or float64, and a float64 ``x``
+#: only with float64 tables (type promotion would rotate it in float64).
+CODE_PAIRS = frozenset((x, w) for x in range(4) for w in (0, 1) if (x, w) != (1, 0))
 
 
 def takes_dtypes(x_dtype: Any, table_dtype: Any) -> bool:
     """Whether the kernel rotates ``x`` of ``x_dtype`` by tables of ``table_dtype``."""
-    xcode, wcode = KERNEL_DTYPES.code(x_dtype), KERNEL_DTYPES.code(table_dtype)
-    return xcode is not None and wcode is not None and takes_codes(xcode, wcode)
+    return (KERNEL_DTYPES.code(x_dtype), KERNEL_DTYPES.code(table_dtype)) in CODE_PAIRS
 
 
 def derivative_possible(x: Any, cos: Any, sin: Any) -> bool:
@@ -134,7 +131,8 @@ def _plan(x: Any, cos: Any, sin: Any,
     """The kernel's dtype codes, ``x``'s leading shape and the tables' broadcast strides, or None
     if the kernel does not take these layouts and dtypes."""
     xcode, wcode = KERNEL_DTYPES.code(x.dtype), KERNEL_DTYPES.code(cos.dtype)
-    if (xcode is None or wcode is None or not takes_codes(xcode, wcode) or sin.dtype != cos.dtype
+    if (xcode is None or wcode is None or (xcode, wcode) not in CODE_PAIRS
+            or sin.dtype != cos.dtype
             or not x.is_contiguous() or x.dim() - 1 > 16 or cos.shape[-1] != rotary_dim // 2
             or sin.shape[-1] != rotary_dim // 2 or cos.stride(-1) != 1 or sin.stride(-1) != 1):
         return None
