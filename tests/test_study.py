@@ -6,7 +6,9 @@ here asserts an accuracy: those are noisy outcomes, reported in docs/extrapolati
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -151,3 +153,96 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["study", "interpolation"]) == 2
 
 
+
+
+# -- issue 42, item 4: every field of Settings is checked when it is made ----------------------------
+@pytest.mark.parametrize(("field", "value", "fragment"), [
+    ("train_length", 0, "a positive integer"),
+    ("train_length", -3, "a positive integer"),
+    ("train_length", 2.5, "a positive integer"),
+    ("train_length", True, "a positive integer"),
+    ("steps", 0, "a positive integer"),
+    ("seeds", (), "a non-empty tuple"),
+    ("seeds", (0, 0), "distinct"),
+    ("seeds", (-1,), "integers >= 0"),
+    ("seeds", 3, "a non-empty tuple"),
+    ("tasks", (), "a non-empty tuple"),
+    ("tasks", ("copy", "sort"), "'sort'"),
+    ("tasks", "copy", "a non-empty tuple"),
+    ("tasks", ("copy", "copy"), "distinct"),
+    ("batch", 0, "a positive integer"),
+    ("eval_batch", -1, "a positive integer"),
+    ("lr", 0.0, "a finite number > 0"),
+    ("lr", float("nan"), "a finite number > 0"),
+    ("lr", float("inf"), "a finite number > 0"),
+    ("lr", "0.1", "a finite number > 0"),
+    ("randomized", 1, "True or False"),
+])
+def test_settings_check_every_field(field: str, value: Any, fragment: str) -> None:
+    with pytest.raises(ValueError, match=f"Settings: {field} must be ") as info:
+        Settings(**{field: value})
+    assert fragment in str(info.value) and repr(value) in str(info.value)
+
+
+def test_an_unknown_task_is_not_a_plugins_failure() -> None:
+    """Before: the plugin's encoder was 'skipped: failed in the model' for the study's mistake."""
+    name = per.register(_Plugin(), name="test-study-plugin-task")
+    try:
+        with pytest.raises(ValueError, match=r"tasks must be .*copy, reverse, offset.*'sort'"):
+            extrapolation([StudyRope.name], settings=dataclasses.replace(TINY, tasks=("sort",)))
+    finally:
+        per.unregister(name)
+
+
+def test_settings_lists_become_tuples() -> None:
+    s = Settings(seeds=[0, 1], tasks=["copy"])  # type: ignore[arg-type]
+    assert s.seeds == (0, 1) and s.tasks == ("copy",)
+
+
+# -- issue 42, item 3: --plot is checked before training, the table printed before drawing ----------
+def test_a_bad_plot_path_is_a_usage_error_before_training(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import peregistry.study as study
+
+    def no_training(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("trained before checking --plot")
+
+    monkeypatch.setattr(study, "extrapolation", no_training)
+    if importlib.util.find_spec("matplotlib") is None:  # the check only imports it
+        monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
+    missing = tmp_path / "no" / "such" / "x.png"
+    assert main(["study", "extrapolation", "--quick", "--plot", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and str(missing.parent) in err and "does not exist" in err
+    assert main(["study", "extrapolation", "--quick", "--plot", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    # matplotlib missing: said before training, too
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["study", "extrapolation", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_the_table_is_printed_before_the_plot_is_drawn(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import peregistry.study as study
+    import peregistry.study.plot as study_plot
+
+    monkeypatch.setattr(study, "QUICK", dataclasses.replace(TINY, seeds=(0,)))
+
+    def fail(result: Any, path: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(study_plot, "plot_extrapolation", fail)
+    if importlib.util.find_spec("matplotlib") is None:  # the check before training only imports it
+        monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
+    code = main(["study", "extrapolation", "--quick", "--encoders", "nope",
+                 "--plot", str(tmp_path / "x.png")])
+    out, err = capsys.readouterr()
+    assert code == 1 and "disk full" in err
+    assert out.startswith("task copy (trained at length 4")  # the results are not lost

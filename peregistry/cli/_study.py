@@ -51,15 +51,40 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         settings = dataclasses.replace(settings, steps=args.steps)
     if args.randomized:
         settings = dataclasses.replace(settings, randomized=True)
+    if args.plot:
+        _check_plot_path(args.plot)  # before training: a bad path must not cost the results
     result = extrapolation(comma_list(args.encoders) or None, settings=settings,
                            progress=stderr_if_tty(args.progress))
+    out.write(json.dumps(result.as_dict(), indent=1) + "\n" if args.format == "json"
+              else result.table())
+    out.flush()
     if args.plot:
         from ..study.plot import plot_extrapolation
 
         plot_extrapolation(result, args.plot)
-    out.write(json.dumps(result.as_dict(), indent=1) + "\n" if args.format == "json"
-              else result.table())
     return 0
+
+
+def _check_plot_path(path: str) -> None:
+    """``--plot FILE.png`` can be written: matplotlib is installed, the directory exists and is
+    writable, and the path is not a directory (:class:`UsageError` otherwise)."""
+    import os
+    from pathlib import Path
+
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"--plot {path!r} is a directory; give a file name such as "
+                         f"{str(target / 'extrapolation.png')!r}")
+    if not folder.is_dir():
+        raise UsageError(f"--plot {path!r}: directory {str(folder)!r} does not exist; create it "
+                         f"or give a path in an existing directory")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--plot {path!r}: directory {str(folder)!r} is not writable")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'peregistry[docs]'") from None
 
 
 COMMAND = Command(

@@ -4,8 +4,9 @@ weights; everything seeded (the same call gives the same numbers)."""
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -28,6 +29,12 @@ SCALINGS = ("linear", "dynamic", "yarn")
 
 @dataclass(frozen=True)
 class Settings:
+    """What a study trains: the length ``L`` (evaluated at ``L, 2L, 4L, 8L``), the training
+    steps per model, the seeds and tasks (a model per encoder, task and seed), the batch sizes
+    of training and evaluation, AdamW's learning rate and whether training positions are
+    randomized. Every field is checked when the settings are made (a ``ValueError`` naming the
+    field, the value and what is allowed); a list of seeds or tasks is kept as a tuple."""
+
     train_length: int = 16
     steps: int = 300
     seeds: tuple[int, ...] = (0, 1)
@@ -37,9 +44,41 @@ class Settings:
     lr: float = 3e-3
     randomized: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("train_length", "steps", "batch", "eval_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _invalid(name, value, "a positive integer")
+        self._items("seeds", "integers >= 0",
+                    lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 0)
+        self._items("tasks", f"task names out of {', '.join(TASKS)}", lambda v: v in TASKS)
+        lr = self.lr
+        if (isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr)
+                or lr <= 0):
+            raise _invalid("lr", lr, "a finite number > 0")
+        if not isinstance(self.randomized, bool):
+            raise _invalid("randomized", self.randomized, "True or False")
+
+    def _items(self, name: str, allowed: str, ok: Callable[[Any], bool]) -> None:
+        """Field ``name`` is a non-empty tuple (or list, kept as a tuple) of distinct values
+        ``ok`` accepts."""
+        value = getattr(self, name)
+        what = f"a non-empty tuple of distinct {allowed}"
+        if not isinstance(value, tuple | list) or not value:
+            raise _invalid(name, value, what)
+        bad = [v for v in value if not ok(v)]
+        if bad or len(set(value)) != len(value):
+            extra = f" ({bad[0]!r} is not allowed)" if bad else " (one is repeated)"
+            raise _invalid(name, value, what, extra)
+        object.__setattr__(self, name, tuple(value))
+
     @property
     def lengths(self) -> tuple[int, ...]:
         return tuple(self.train_length * m for m in (1, 2, 4, 8))
+
+
+def _invalid(name: str, value: Any, allowed: str, extra: str = "") -> ValueError:
+    return ValueError(f"Settings: {name} must be {allowed}, got {value!r}{extra}")
 
 
 QUICK = Settings(train_length=8, steps=60, seeds=(0,), eval_batch=32)
