@@ -771,3 +771,16 @@ def test_ranges_are_int64_arrays_and_the_limits_are_in_the_help(
     code, out, _ = run(capsys, "show", "sinusoidal", "--help")
     assert code == 0
     assert "at most 10,000,000 positions and 10,000,000 values" in " ".join(out.split())
+
+
+def test_traceback_keeps_a_usage_errors_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 42: ``--traceback`` shows the traceback of a usage error, and the exit status
+    stays 2 (it was 1: the error was re-raised)."""
+    code, out, err = run(capsys, "--traceback", "show", "no-such-encoder")
+    assert code == 2, err
+    assert out == ""
+    assert "Traceback (most recent call last)" in err
+    assert err.rstrip().splitlines()[-1].startswith("peregistry: error: ")
+    assert "no-such-encoder" in err
+    code, _, err = run(capsys, "show", "sinusoidal", "--dim", "x", "--traceback")
+    assert code == 2 and "Traceback" in err and "'dim'" in err

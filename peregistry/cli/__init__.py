@@ -12,7 +12,8 @@
 
 Exit codes: 0 success; 1 a check failed (``check``) or the command could not finish; 2 a usage
 error (unknown encoder, option or backend, a value that is not allowed), with the library's
-message on stderr. No traceback is printed unless ``--traceback`` is given.
+message on stderr. No traceback is printed unless ``--traceback`` is given (which changes no exit
+code).
 
 One module per command (``_list``, ``_show``, ``_check``, ``_plot``, ``_bench``) declares a
 :class:`~peregistry.cli._core.Command` and registers its own arguments; ``_main`` builds the

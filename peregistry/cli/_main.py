@@ -106,8 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
-        if traceback:
-            raise
+        if traceback:  # shown, and still a usage error: exit code 2
+            import traceback as tb
+
+            tb.print_exc(file=sys.stderr)
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
     except KeyboardInterrupt:
