@@ -269,3 +269,92 @@ def test_one_module_per_kind_of_layer_is_matched_to_its_encoder() -> None:
         got = model(ids).last_hidden_state
     assert len(_replaced(model)) == 2
     assert float((got - want).abs().max()) <= 32 * EPS32 * max(1.0, float(want.abs().max()))
+
+
+# -- issue 42, item 2: patch() neither reads nor changes what the model ran before -------------
+
+#: Rotary modules whose tables change with the length of what they ran: dynamic NTK (grown
+#: past original_max_position_embeddings, reset below it) and LongRoPE (long or short factors).
+#: ``original_max_position_embeddings`` 16 (at most the probe's length) or 32 (above it).
+STATEFUL: dict[str, dict[str, Any]] = {
+    "dynamic-16": dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4,
+                                        "original_max_position_embeddings": 16},
+                       max_position_embeddings=16),
+    "dynamic-32": dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4,
+                                        "original_max_position_embeddings": 32},
+                       max_position_embeddings=32),
+    "longrope": CAUSAL["phi3"],
+}
+
+
+def _stateful(kind: str) -> Any:
+    model_type = "phi3" if kind == "longrope" else "llama"
+    with _quiet():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        config = transformers.AutoConfig.for_model(model_type, **{**BASE, **STATEFUL[kind]})
+        return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def _rotary_state(model: Any) -> dict[str, Any]:
+    """Every buffer and attribute of the model's rotary modules (the patch's own bound
+    methods and records aside): the tensors themselves (their identity) and copies of their
+    values."""
+    out: dict[str, Any] = {}
+    for name, module in model.named_modules():
+        if not type(module).__name__.endswith("RotaryEmbedding"):
+            continue
+        for key, value in module.__dict__.items():
+            if key in ("forward", "_peregistry_saved", "_buffers"):
+                continue
+            out[f"{name}.{key}"] = (value, value.clone()) if torch.is_tensor(value) else value
+        for key, value in module._buffers.items():
+            out[f"{name}.buffer:{key}"] = (value, None if value is None else value.clone())
+    return out
+
+
+def _same_state(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert before.keys() == after.keys(), set(before) ^ set(after)
+    for key, value in before.items():
+        now = after[key]
+        if isinstance(value, tuple) and len(value) == 2 and torch.is_tensor(value[0]):
+            assert isinstance(now, tuple) and now[0] is value[0], f"{key}: {now!r:.60} now"
+            assert value[0].dtype == value[1].dtype and torch.equal(now[0], value[1]), \
+                f"{key}: changed in place"
+        else:
+            assert now == value, f"{key}: {value!r} -> {now!r}"
+
+
+@pytest.mark.parametrize("kind", list(STATEFUL))
+def test_patch_of_a_model_that_ran_a_long_prompt(kind: str) -> None:
+    """The probe runs on a copy of the module from its initial state: a model that ran a prompt
+    past original_max_position_embeddings is patched, and its modules are left as they were
+    (unpatched, it gives the logits of a twin that was never patched, bit for bit)."""
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 128, (1, 100), generator=gen)
+    model, twin = _stateful(kind), _stateful(kind)
+    with torch.no_grad():
+        model(ids)
+        twin(ids)
+    before = _rotary_state(model)
+    patch(model)
+    assert _replaced(model)
+    _same_state(before, _rotary_state(model))
+    unpatch(model)
+    _same_state(before, _rotary_state(model))
+    with torch.no_grad():
+        assert torch.equal(model(ids[:, :80]).logits, twin(ids[:, :80]).logits)
+        assert torch.equal(model(ids[:, :8]).logits, twin(ids[:, :8]).logits)
+
+
+@pytest.mark.parametrize("kind", list(STATEFUL))
+def test_a_refused_patch_leaves_the_modules_as_they_were(kind: str) -> None:
+    model = _stateful(kind)
+    with torch.no_grad():
+        model(torch.randint(1, 128, (1, 100), generator=torch.Generator().manual_seed(1)))
+    model.config.rope_parameters["rope_theta"] = 1234.0  # the module was built with 10000
+    before = _rotary_state(model)
+    with pytest.raises(ValueError, match="does not reproduce; not patched"):
+        patch(model)
+    assert not _replaced(model)
+    _same_state(before, _rotary_state(model))

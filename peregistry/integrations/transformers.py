@@ -88,8 +88,46 @@ def _matches(theirs: Any, ours: Any) -> bool:
     return bool((theirs.double() - ours.double()).abs().max() <= 64 * _PROBE * 2.0**-23 * scale)
 
 
+def _as_built(module: Any, model_type: str) -> Any:
+    """A copy of the rotary module in the state it was built in, for the probe to run: the
+    module itself is never run (Hugging Face's dynamic rope types keep state from what the
+    model ran: a dynamic-NTK module grows ``inv_freq`` past ``max_seq_len_cached`` and resets it
+    below ``original_max_seq_len``; a LongRoPE module copies its long or short frequencies into
+    ``inv_freq``). The copy shares the module's config (never written to) and is put back in
+    its initial state: every ``<prefix>inv_freq`` equal to its ``<prefix>original_inv_freq``,
+    ``max_seq_len_cached`` equal to ``original_max_seq_len``, and the attributes the updates
+    add (``<prefix>long_inv_freq``, ``<layer type>_max_seq_len_cached``) removed."""
+    import copy
+
+    import torch
+
+    config = module.__dict__.get("config")
+    try:
+        twin = copy.deepcopy(module, {} if config is None else {id(config): config})
+    except Exception as exc:
+        raise ValueError(f"peregistry.integrations.transformers.patch: model type "
+                         f"{model_type!r}: its {type(module).__name__} cannot be copied to be "
+                         f"checked ({type(exc).__name__}: {exc}); not patched") from exc
+    names = [*twin._buffers, *twin.__dict__]
+    for name in names:
+        prefix = name.removesuffix("original_inv_freq")
+        original = getattr(twin, name, None)
+        if prefix != name and torch.is_tensor(original) and f"{prefix}inv_freq" in names:
+            if f"{prefix}inv_freq" in twin._buffers:
+                twin._buffers[f"{prefix}inv_freq"] = original.clone()
+            else:
+                twin.__dict__[f"{prefix}inv_freq"] = original.clone()
+        elif name.endswith("long_inv_freq") or (name.endswith("_max_seq_len_cached")
+                                                and name in twin.__dict__):
+            twin.__dict__.pop(name, None)
+    if "original_max_seq_len" in twin.__dict__ and "max_seq_len_cached" in twin.__dict__:
+        twin.max_seq_len_cached = twin.original_max_seq_len
+    return twin
+
+
 def _probe(module: Any, takes_type: bool, kind: str | None, mrope: bool, model_type: str) -> Any:
-    """The module's own output on the probe positions."""
+    """The output on the probe positions of the module as it was built (run on a copy: the
+    module keeps the state it has)."""
     import torch
 
     buffer = next(iter(module.buffers()), None)
@@ -97,9 +135,10 @@ def _probe(module: Any, takes_type: bool, kind: str | None, mrope: bool, model_t
     pos = torch.arange(_PROBE, device=device)[None]
     if mrope:
         pos = torch.stack([pos, pos // 2, pos % 4])  # distinct axes
+    twin = _as_built(module, model_type)
     try:
         with torch.no_grad():
-            out = module(torch.zeros(1, device=device), pos, *([kind] if takes_type else []))
+            out = twin(torch.zeros(1, device=device), pos, *([kind] if takes_type else []))
     except Exception as exc:
         raise ValueError(f"peregistry.integrations.transformers.patch: model type "
                          f"{model_type!r}: its {type(module).__name__} does not take "
