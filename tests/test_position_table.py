@@ -279,3 +279,82 @@ def test_float32_spelled_two_ways_keeps_one_table(backend: Any) -> None:
     enc.cos_sin(ids, dtype="float32")
     enc.rotate(_x(backend, (1, 2, 2, 16)), ids)
     assert len(kept_tables(enc)) == 1
+
+
+# -- issue 42, item 7: no reader ever sees more bytes kept than the budget -------------------------
+def test_a_reader_never_sees_the_budget_exceeded() -> None:
+    """A table the store lets go of starts a reader thread (its ``__del__``), which reads
+    ``table_cache_bytes()`` while the writer is inside ``put``: before, ``put`` added the new
+    table's bytes first and evicted after, without the reader taking the lock, so the reader saw
+    ``(1200, 1000)``."""
+    import threading
+
+    from peregistry import rope
+    from peregistry.rope._tables import STORE
+
+    seen: list[tuple[int, int]] = []
+    readers: list[threading.Thread] = []
+
+    class Table:
+        def __del__(self) -> None:
+            reader = threading.Thread(target=lambda: seen.append(rope.table_cache_bytes()))
+            readers.append(reader)
+            reader.start()
+            reader.join(timeout=2)  # (a writer holding the lock: the reader waits for it)
+
+    budget = rope.table_cache_bytes()[1]
+    rope.set_table_cache_bytes(1000)
+    try:
+        for i in range(3):
+            STORE.put(("test item 7", i), Table(), 300)
+        STORE.put(("test item 7", "big"), Table(), 600)  # evicts two of the three
+        STORE.put(("test item 7", "big"), Table(), 600)  # replaces itself
+        rope.set_table_cache_bytes(500)  # evicts the rest
+    finally:
+        rope.set_table_cache_bytes(budget)
+    for reader in readers:
+        reader.join()
+    assert len(seen) == 5  # every table let go of
+    assert all(kept <= most for kept, most in seen), seen
+
+
+def test_readers_hammering_while_writers_put() -> None:
+    """Threads putting tables while another reads ``table_cache_bytes()`` in a loop, the
+    interpreter switching threads as often as it can: every read is within the budget."""
+    import sys
+    import threading
+
+    from peregistry import rope
+    from peregistry.rope._tables import STORE
+
+    budget = rope.table_cache_bytes()[1]
+    interval = sys.getswitchinterval()
+    rope.set_table_cache_bytes(10_000)
+    stop = threading.Event()
+    over: list[tuple[int, int]] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            kept, most = rope.table_cache_bytes()
+            if kept > most:
+                over.append((kept, most))
+
+    def write(w: int) -> None:
+        for i in range(3000):
+            STORE.put(("test item 7 hammer", w, i % 40), object(), 1000 + 37 * (i % 7))
+
+    sys.setswitchinterval(1e-6)
+    try:
+        reader = threading.Thread(target=read)
+        reader.start()
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(2)]
+        for t in writers:
+            t.start()
+        for t in writers:
+            t.join()
+        stop.set()
+        reader.join()
+    finally:
+        sys.setswitchinterval(interval)
+        rope.set_table_cache_bytes(budget)
+    assert not over, f"{len(over)} reads above the budget, e.g. {over[0]}"

@@ -56,7 +56,9 @@ def _budget_from_env() -> int:
 
 class Store:
     """Entries keyed by value, least recently used first out beyond a byte budget. Thread-safe:
-    each lookup and insertion holds one lock."""
+    each lookup, insertion and reading of the bytes kept holds one lock, and an insertion makes
+    room before it adds, so no reader ever sees more bytes kept than the budget. Evicted values
+    are let go after the lock is released (their finalizers may read the store)."""
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
@@ -76,7 +78,13 @@ class Store:
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        with self._lock:
+            return self._bytes
+
+    def usage(self) -> tuple[int, int]:
+        """``(bytes kept, budget)``, read together under the lock."""
+        with self._lock:
+            return self._bytes, self._budget_locked()
 
     def get(self, key: Any) -> Any:
         """The entry of ``key``, or None (also for a key that cannot be hashed)."""
@@ -92,6 +100,7 @@ class Store:
 
     def put(self, key: Any, value: Any, nbytes: int) -> None:
         """Keep ``value`` (of ``nbytes``) under ``key``, if it fits in the budget at all."""
+        released: list[Any] = []  # let go of after the lock
         with self._lock:
             budget = self._budget_locked()
             try:
@@ -100,25 +109,32 @@ class Store:
                 return
             if old is not None:
                 self._bytes -= old[1]
+                released.append(old)
             if nbytes > budget:
                 return
+            self._evict_locked(budget - nbytes, released)  # room first, then the new entry
             self._entries[key] = (value, nbytes)
             self._bytes += nbytes
-            while self._bytes > budget:
-                _, (_, n) = self._entries.popitem(last=False)
-                self._bytes -= n
+        released.clear()
+
+    def _evict_locked(self, most: int, released: list[Any]) -> None:
+        """Least recently used entries out until at most ``most`` bytes are kept."""
+        while self._bytes > most:
+            released.append(self._entries.popitem(last=False))
+            self._bytes -= released[-1][1][1]
 
     def set_budget(self, nbytes: int) -> None:
+        released: list[Any] = []
         with self._lock:
             self._budget = nbytes
-            while self._bytes > nbytes:
-                _, (_, n) = self._entries.popitem(last=False)
-                self._bytes -= n
+            self._evict_locked(nbytes, released)
+        released.clear()
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            entries, self._entries = self._entries, OrderedDict()
             self._bytes = 0
+        entries.clear()
 
 
 #: The one store of the process.
@@ -148,8 +164,8 @@ def set_table_cache_bytes(nbytes: int) -> None:
 
 
 def table_cache_bytes() -> tuple[int, int]:
-    """``(bytes kept, budget)`` of the store."""
-    return STORE.nbytes, STORE.budget
+    """``(bytes kept, budget)`` of the store, read together: bytes kept never exceed it."""
+    return STORE.usage()
 
 
 def position_table(enc: RotaryEncoder, end: int, *, ctx: Ctx, cdt: Any) -> Tables | None:
