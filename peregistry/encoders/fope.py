@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._delegation as _delegation
@@ -120,6 +121,21 @@ class FoPE(LearnedParams, RotaryEncoder):
         self._cache["kept"] = len(kept)
         # The clipped pairs at frequency zero: cos 1 and sin 0, computed like the others.
         self._cache["freqs"] = Frequencies.from_omega([*kept, *[0.0] * (half - len(kept))])
+
+    @property
+    def exempt_checks(self) -> Mapping[str, str]:  # type: ignore[override]
+        """None, except with ``sep_head=True`` and ``num_kv_heads > 1``: ``check_shapes``, whose
+        probes rotate ``x`` without a head axis or with a head count that is no multiple of
+        ``num_kv_heads``, which per-KV-head coefficients cannot rotate."""
+        kv = self._values["num_kv_heads"]
+        if not self._values["sep_head"] or kv is None or kv == 1:
+            return MappingProxyType({})
+        return MappingProxyType({"check_shapes": (
+            f"with sep_head=True and num_kv_heads={kv}, x is (..., heads, seq, dim) with heads a "
+            f"multiple of num_kv_heads (query head i uses KV head i // (heads / {kv})'s "
+            f"coefficients): the probes of x of shape (dim,) (no head axis) and (2, 3, 4, dim) "
+            f"(3 heads) have no such heads and are refused with a ValueError; x of such heads "
+            f"takes every position shape (tests/test_fope.py)")})
 
     @property
     def num_frequencies(self) -> int:
