@@ -63,7 +63,9 @@ def list_encoders() -> list[EncoderInfo]:
 
 def register(plugin: object, name: str | None = None) -> str:
     """Register a plugin (a module or object with :data:`hookimpl` functions) in-process,
-    without an entry point. Returns the name to :func:`unregister` it by."""
+    without an entry point; an encoder class (a subclass of :class:`Encoder`) registers that
+    encoder. Returns the name to :func:`unregister` it by. Anything with no hookimpl is a
+    ``TypeError`` saying what to pass."""
     return default_registry.register(plugin, name)
 
 

@@ -105,6 +105,42 @@ def test_register_and_unregister_in_process(reg: Registry) -> None:
         reg.get_encoder("inproc", dim=2)
 
 
+def test_register_an_encoder_class(reg: Registry) -> None:
+    """Issue 42: ``register(EncoderClass)`` registered nothing, silently, and the next
+    ``get_encoder`` said there was no such encoder. An encoder class is registered as a plugin
+    providing it, under the class's name (or ``name=``)."""
+    cls = make_encoder_class("class-registered")
+    name = reg.register(cls)
+    assert name == "Enc"
+    assert reg.get_encoder("class-registered", dim=3).options == {"dim": 3}
+    row = next(r for r in reg.list_encoders() if r.name == "class-registered")
+    assert row.plugin.label == "Enc (in-process)" and row.status == "ok"
+    reg.unregister(name)
+    with pytest.raises(per.EncoderNotFoundError):
+        reg.get_encoder("class-registered", dim=3)
+    assert reg.register(cls, name="mine") == "mine"
+    assert reg.get_encoder("class-registered", dim=2).options == {"dim": 2}
+
+
+@pytest.mark.parametrize(("thing", "match"), ids=["instance", "object", "class", "list"],
+                         argvalues=[
+    (lambda: make_encoder_class("an-object")(dim=2),
+     r"is an encoder object \(Enc\), not a plugin; pass its class: register\(Enc\)"),
+    (lambda: object(), r"has no hook implementation"),
+    (lambda: int, r"has no hook implementation"),
+    (lambda: [make_encoder_class("in-a-list")], r"has no hook implementation"),
+])
+def test_register_refuses_what_provides_nothing(reg: Registry, thing: Any, match: str) -> None:
+    """Anything else without a ``@per.hookimpl`` function is a TypeError saying what to pass,
+    and nothing is registered under its name."""
+    plugins = {p.name for p in reg.plugins()}
+    with pytest.raises(TypeError, match=match) as info:
+        reg.register(thing(), name="provides-nothing")
+    assert "@peregistry.hookimpl" in str(info.value) and "encoder class" in str(info.value)
+    assert {p.name for p in reg.plugins()} == plugins
+    reg.register(Plugin(make_encoder_class("after-refusal")), name="provides-nothing")  # free
+
+
 def test_register_twice_under_one_name_is_an_error(reg: Registry) -> None:
     reg.register(Plugin(), name="p")
     with pytest.raises(ValueError, match="a plugin named 'p' is already registered"):
