@@ -69,8 +69,14 @@ def inv_freq(rotary_dim: int, theta: float = 10000.0) -> np.ndarray[Any, Any]:
     if not (isinstance(theta, int | float) and math.isfinite(theta) and theta > 0
             and theta != 1):
         raise ValueError(f"theta must be a finite number > 0 (and != 1), got {theta!r}")
-    i2 = np.arange(0, rotary_dim, 2, dtype=np.float64)
-    return np.asarray(1.0 / np.power(float(theta), i2 / rotary_dim), dtype=np.float64)
+    # The platform C library's scalar pow, once per frequency, not NumPy's vectorized power:
+    # that one is CPU-dispatched (SVML on AVX-512, with errors up to an ulp), and an ulp of
+    # ``ω_i`` moves the angle ``p·ω_i`` by ``p·ulp(ω_i)``, growing with the position (6e-9 in
+    # the output at ``p = 2**31``). The same formula as before: NumPy's bits wherever it has
+    # no SIMD power (without AVX-512, and on aarch64).
+    base = float(theta)
+    return np.array([1.0 / base ** (i / rotary_dim) for i in range(0, rotary_dim, 2)],
+                    dtype=np.float64)
 
 
 def full_width(half: Any, *, layout: Layout = "half", xp: Any = None) -> Any:
