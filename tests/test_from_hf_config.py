@@ -274,6 +274,164 @@ def test_nope_layers() -> None:
         enc(nested_none, layer_type="full_attention")
 
 
+# -- issue 42, item 10: layers without attention (LFM2's and LFM3's conv layers) ---------------
+
+#: LFM3's layout: conv layers beside full and sliding attention, RoPE keyed by the attention types.
+LFM3: dict[str, Any] = {
+    "model_type": "lfm3", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+    "num_hidden_layers": 8, "layer_types": ["conv", "conv", "full_attention", "conv",
+                                            "sliding_attention", "conv", "full_attention", "conv"],
+    "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                        "full_attention": {"rope_type": "default", "rope_theta": 1e6,
+                                           "partial_rotary_factor": 0.5}}}
+#: LFM2's: one flat RoPE setting, conv layers beside full attention.
+LFM2: dict[str, Any] = {
+    "model_type": "lfm2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+    "layer_types": ["conv", "full_attention", "conv", "full_attention"],
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}
+
+
+def _check_no_attention_layers(lfm3: Any, lfm2: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        enc(lfm3)
+    message = str(info.value)
+    assert "the layers use different positional encodings; pass layer_type= one of " in message
+    assert "'full_attention' (RoPE" in message and "'sliding_attention' (RoPE" in message, message
+    assert "'conv'" in message and "no attention" in message, message
+    assert "no entry" not in message and "AutoConfig" not in message, message
+    assert not isinstance(info.value, NoPositionalEncodingError)
+    assert enc(lfm3, layer_type="full_attention").options["theta"] == 1e6
+    assert enc(lfm3, layer_type=4) == enc(lfm3, layer_type="sliding_attention")
+    for which in ("conv", 0, 7):
+        with pytest.raises(NoPositionalEncodingError,
+                           match="'conv'.*has no attention.*with attention: "
+                                 "'(full|sliding)_attention', '(sliding|full)_attention'$"
+                           ) as info:
+            enc(lfm3, layer_type=which)
+        assert (f"layer {which} " in str(info.value)) == isinstance(which, int), info.value
+    assert enc(lfm2) == enc(lfm2, layer_type="full_attention") == enc(lfm2, layer_type=3)
+    for which in ("conv", 2):
+        with pytest.raises(NoPositionalEncodingError, match="'conv'.*has no attention"):
+            enc(lfm2, layer_type=which)
+
+
+def test_layers_without_attention_have_no_encoder() -> None:
+    """Issue 42, item 10: a conv layer has no attention, so no positional encoding; the error
+    for layers that differ names the attention layer types to choose from."""
+    _check_no_attention_layers(LFM3, LFM2)
+    # an entry for a layer type is read whatever its name (a linear attention with RoPE)
+    rope_on_linear = {**LFM3, "layer_types": ["linear_attention", "full_attention"],
+                      "num_hidden_layers": 2, "rope_parameters": {
+                          **LFM3["rope_parameters"],
+                          "linear_attention": {"rope_type": "default", "rope_theta": 5e4}}}
+    assert enc(rope_on_linear, layer_type="linear_attention").options["theta"] == 5e4
+    hybrid = {**LFM2, "model_type": "qwen3_next",
+              "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    assert enc(hybrid) == enc(hybrid, layer_type="full_attention")
+    with pytest.raises(NoPositionalEncodingError, match="'linear_attention'.*has no attention"):
+        enc(hybrid, layer_type="linear_attention")
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="transformers is in the torch env")
+def test_layers_without_attention_from_transformers_configs() -> None:
+    """The same from the transformers config objects of LFM3 and LFM2 (and from their
+    ``to_dict()``); Qwen3-Next's and MiniMax's linear attention layers likewise."""
+    transformers = pytest.importorskip("transformers")
+    small = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    lfm3 = transformers.Lfm3Config(**small, head_dim=16, num_hidden_layers=8,
+                                   layer_types=LFM3["layer_types"],
+                                   rope_parameters=LFM3["rope_parameters"])
+    lfm2 = transformers.Lfm2Config(**small, num_hidden_layers=4, full_attn_idxs=[1, 3],
+                                   rope_parameters=LFM2["rope_parameters"])
+    _check_no_attention_layers(lfm3, lfm2)
+    _check_no_attention_layers(lfm3.to_dict(), lfm2.to_dict())
+    default = transformers.Lfm3Config()  # its own defaults: a proportional full attention
+    assert enc(default, layer_type="full_attention") == enc(default.to_dict(),
+                                                            layer_type="full_attention")
+    lfm2_moe = {"num_hidden_layers": 4, "layer_types": LFM2["layer_types"]}
+    for name, kwargs in (("Qwen3NextConfig", {}), ("MiniMaxConfig", {}),
+                         ("Lfm2MoeConfig", lfm2_moe)):
+        cfg = getattr(transformers, name)(**kwargs)
+        kinds = [t for t in dict.fromkeys(cfg.layer_types) if t != "full_attention"]
+        assert kinds, name
+        assert enc(cfg) == enc(cfg, layer_type="full_attention") == enc(cfg.to_dict())
+        for kind in kinds:
+            with pytest.raises(NoPositionalEncodingError, match="has no attention"):
+                enc(cfg, layer_type=kind)
+
+
+# -- issue 42, item 11: Llama 4's layer types from a config.json without layer_types -----------
+
+LLAMA4_DICTS: dict[str, dict[str, Any]] = {
+    "mask": {"no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0]},
+    "empty-mask": {"no_rope_layers": []},        # the class default: every 4th layer NoPE
+    "no-mask": {},
+    "interval-2": {"no_rope_layer_interval": 2},
+    "no-nope": {"no_rope_layers": [1] * 8},       # every layer RoPE: no full_attention layer
+}
+
+
+def _llama4(case: str) -> dict[str, Any]:
+    return {"model_type": "llama4_text", "hidden_size": 64, "num_attention_heads": 4,
+            "head_dim": 16, "num_hidden_layers": 8, "rope_theta": 5e5,
+            "attention_chunk_size": 8192, **LLAMA4_DICTS[case]}
+
+
+def _outcome(config: Any, layer_type: Any) -> Any:
+    """The encoder, or the class of the error (messages may word the derivation)."""
+    try:
+        return enc(config, layer_type=layer_type)
+    except ConfigError as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("case", list(LLAMA4_DICTS))
+def test_llama4_layer_types_from_a_config_dict(case: str) -> None:
+    """Issue 42, item 11: without ``layer_types``, Llama 4's are derived as Llama4TextConfig
+    does: a RoPE layer (no_rope_layers 1) is 'chunked_attention', a NoPE layer
+    'full_attention'."""
+    config = _llama4(case)
+    assert enc(config, layer_type="chunked_attention") == enc(config, layer_type=0)
+    if case == "no-nope":
+        assert enc(config) == enc(config, layer_type="chunked_attention")
+        with pytest.raises(ConfigError, match="unknown layer_type 'full_attention'; the "
+                                              "config's layer types: 'chunked_attention'"):
+            enc(config, layer_type="full_attention")
+    else:
+        with pytest.raises(NoPositionalEncodingError, match="layer type 'full_attention'"):
+            enc(config, layer_type="full_attention")
+        with pytest.raises(ConfigError, match="pass layer_type= one of 'chunked_attention' "
+                                              r"\(RoPE.*'full_attention' \(no positional"):
+            enc(config)
+    with pytest.raises(ConfigError, match="unknown layer_type 'sliding_attention'.*"
+                                          "'chunked_attention'"):
+        enc(config, layer_type="sliding_attention")
+    composite = {"model_type": "llama4", "text_config": config}
+    assert enc(composite, layer_type="chunked_attention") == enc(config, layer_type=0)
+
+
+def test_llama4_layer_types_need_the_layer_count() -> None:
+    bare = {"model_type": "llama4_text", "head_dim": 16, "rope_theta": 5e5}
+    for which in ("full_attention", "chunked_attention"):
+        with pytest.raises(ConfigError, match="num_hidden_layers") as info:
+            enc(bare, layer_type=which)
+        assert "layer_types" in str(info.value) and "no_rope_layers" in str(info.value)
+    huge = {**bare, "num_hidden_layers": 10**12}  # never listed
+    assert enc(huge, layer_type="chunked_attention") == enc(huge, layer_type=0)
+    with pytest.raises(NoPositionalEncodingError, match="layer type 'full_attention'"):
+        enc(huge, layer_type="full_attention")
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="transformers is in the torch env")
+@pytest.mark.parametrize("case", list(LLAMA4_DICTS))
+def test_llama4_dict_and_transformers_config_agree(case: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = _llama4(case)
+    obj = transformers.Llama4TextConfig(**{k: v for k, v in config.items() if k != "model_type"})
+    for layer_type in ("chunked_attention", "full_attention", None, 0, 3, 7):
+        assert _outcome(config, layer_type) == _outcome(obj, layer_type), (case, layer_type)
+
+
 # -- T5 and ALiBi -----------------------------------------------------------------------------
 def test_t5() -> None:
     t5 = {"model_type": "t5", "num_heads": 8, "relative_attention_num_buckets": 16,

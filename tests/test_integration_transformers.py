@@ -358,3 +358,26 @@ def test_a_refused_patch_leaves_the_modules_as_they_were(kind: str) -> None:
         patch(model)
     assert not _replaced(model)
     _same_state(before, _rotary_state(model))
+
+
+@pytest.mark.parametrize(("model_type", "extra"), [
+    ("lfm3", dict(head_dim=16, num_hidden_layers=8)),  # conv, full and sliding attention
+    ("lfm2", dict(num_hidden_layers=4, full_attn_idxs=[1, 3])),  # conv and full attention
+])
+def test_a_model_with_conv_layers_is_patched(model_type: str, extra: dict[str, Any]) -> None:
+    """Issue 42, item 10: layers without attention (LFM's conv layers) have no positional
+    encoding; the rotary module serves the attention layer types, and is patched."""
+    with _quiet():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        config = transformers.AutoConfig.for_model(model_type, **{**BASE, **extra})
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    assert "conv" in config.layer_types
+    batch = inputs(model_type)
+    want = logits(model, model_type, batch)
+    patch(model)
+    assert _replaced(model) == ["model.rotary_emb.forward"]
+    got = logits(model, model_type, batch)
+    assert float((got - want).abs().max()) <= 32 * EPS32 * max(1.0, float(want.abs().max()))
+    unpatch(model)
+    assert torch.equal(logits(model, model_type, batch), want)

@@ -176,7 +176,8 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default
     try:
-        rope = layer_rope(text, layer_type, where, model_type)
+        rope = layer_rope(text, layer_type, where, model_type,
+                          loaded=not isinstance(config, Mapping))
     except NoPositionalEncodingError as exc:
         if not temperature(text, conventions_of(model_type).get("attn_temperature"),
                                  where):

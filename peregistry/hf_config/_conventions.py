@@ -19,6 +19,10 @@ transformers 5.23, ``models/<type>/modeling_<type>.py``:
   config dict returning one of them (Baichuan: ALiBi for the 13B models only);
 * ``no_rope_layer_interval``: the class default of that key (Llama 4, SmolLM3: every 4th
   layer is NoPE when ``no_rope_layers`` is empty or absent);
+* ``nope_layer_types``: ``(RoPE layers' type, NoPE layers' type)``: the ``layer_types`` the
+  config class derives from ``no_rope_layers`` when a config has none (Llama 4's
+  ``Llama4TextConfig``: ``"chunked_attention"`` and ``"full_attention"``), so that a
+  ``config.json`` without ``layer_types`` takes the names its config object takes;
 * ``mrope_map``: a function of the config's ``mrope_section`` returning ``(sections,
   pair_axes)`` for ``mrope`` (Ernie-4.5-VL's own axis-to-pair map);
 * ``feature_map``: a function of the config's ``mrope_section`` returning ``(sections,
@@ -72,6 +76,9 @@ _KEYS: dict[str, str] = {
     "direction": "'positive' or 'negative': the sign of the rotation angle",
     "no_rope_layer_interval": "a positive integer: every n-th layer is NoPE when "
                               "no_rope_layers is empty",
+    "nope_layer_types": "a pair of two different layer type names (RoPE layers', NoPE "
+                        "layers'): the layer_types the config class derives from "
+                        "no_rope_layers",
     "layer_rope_defaults": "a dict {layer type: (config key, default theta)}: the rope "
                            "parameters the config class fills in for a missing layer type",
     "attn_temperature": "a dict of the config class's attn_temperature_tuning (a bool), "
@@ -106,6 +113,7 @@ _INTERLEAVED: dict[str, Any] = {"layout": "interleaved"}
 _PHI3: dict[str, Any] = {"rope_type_aliases": {"su": "longrope", "yarn": "longrope"}}
 
 _LLAMA4: dict[str, Any] = {**_INTERLEAVED, "theta": 500000.0, "no_rope_layer_interval": 4,
+                           "nope_layer_types": ("chunked_attention", "full_attention"),
                            "attn_temperature": {"attn_temperature_tuning": True,
                                                 "floor_scale": 8192, "attn_scale": 0.1}}
 
@@ -217,6 +225,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "encoding": lambda v: callable(v) or v in ("rotary", "alibi", "t5"),
     "unsupported": lambda v: isinstance(v, str) and bool(v),
     "no_rope_layer_interval": lambda v: isinstance(v, int) and v > 0,
+    "nope_layer_types": lambda v: isinstance(v, tuple) and len(v) == 2 and all(
+        isinstance(t, str) and t for t in v) and v[0] != v[1],
     "layer_rope_defaults": lambda v: isinstance(v, Mapping) and all(
         isinstance(k, str) and isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str)
         and _is_number(r[1]) and r[1] > 0 for k, r in v.items()),
@@ -249,7 +259,7 @@ def register_model_conventions(model_type: str, *, replace: bool = False,
     Keys: ``layout``, ``layout_flag``, ``mrope_interleaved``, ``mrope_section``,
     ``mrope_map``, ``feature_map``, ``ntk_alpha``, ``theta``, ``partial_rotary_factor``, ``reads_rotary_dim``,
     ``rotary_features``, ``direction``, ``encoding``, ``no_rope_layer_interval``,
-    ``layer_rope_defaults``, ``attn_temperature``, ``rope_type_aliases``, ``unsupported``
+    ``nope_layer_types``, ``layer_rope_defaults``, ``attn_temperature``, ``rope_type_aliases``, ``unsupported``
     (see :mod:`peregistry.hf_config`). An entry that
     exists already is updated key by key; ``replace=True`` replaces it whole. Unknown keys and
     bad values raise ``ValueError`` naming them."""

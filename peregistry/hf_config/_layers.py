@@ -10,13 +10,20 @@ from typing import Any
 from ._conventions import conventions_of
 from ._values import ConfigError, integer, mapping, summary
 
-__all__ = ["NoPositionalEncodingError", "layer_rope"]
+__all__ = ["NO_ATTENTION_LAYER_TYPES", "NoPositionalEncodingError", "layer_rope"]
 
 #: Keys of a flat ``rope_parameters`` dict (a dict keyed by layer type has none of them).
 _ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "factor", "partial_rotary_factor",
                         "mrope_section", "original_max_position_embeddings"})
 #: A layer type that ``layer_types`` lists and ``rope_parameters`` (keyed by layer type) lacks.
 _MISSING = "missing"
+#: The layer types of transformers' ``layer_types`` that have no attention, so no positional
+#: encoding: LFM2's and LFM3's ``conv``, the recurrent layers of hybrid models
+#: (``linear_attention``: Qwen3-Next, MiniMax, Jamba, ...; its older name ``mamba``;
+#: ``recurrent``), Nemotron-H's ``moe`` and ``mlp`` layers. A type that ``rope_parameters``
+#: (keyed by layer type) has an entry for is read as any other.
+NO_ATTENTION_LAYER_TYPES = frozenset({"conv", "linear_attention", "mamba", "recurrent", "moe",
+                                      "mlp"})
 
 
 class NoPositionalEncodingError(ConfigError):
@@ -105,6 +112,9 @@ class _NoPE:
                          if not mask and interval and count else None)
         self.count = count or 0
         self.mask = {i for i, v in enumerate(mask or ()) if not v}
+        #: Whether some layer uses RoPE (the mask has a 1, or not every layer is an interval's).
+        self.some_rope = any(mask) if mask else (self.interval != 1 and self.count > 0
+                                                 if self.interval is not None else True)
 
     def __contains__(self, i: int) -> bool:
         if self.interval is not None:
@@ -163,21 +173,99 @@ def _nope(where: str, what: str, why: str) -> NoPositionalEncodingError:
                                      f"its attention needs no encoder")
 
 
-def _missing(where: str, layer_types: list[str]) -> ConfigError:
+def _missing(where: str, layer_types: list[str], loaded: bool) -> ConfigError:
+    advice = ("the config object has no entry either: add the entry (config.rope_parameters)"
+              if loaded else "transformers' config class fills in its own defaults: pass the "
+              "config loaded by transformers (AutoConfig), add the entry")
     return ConfigError(
         f"{where}: layer type{'s' if len(layer_types) > 1 else ''} "
         f"{', '.join(map(repr, layer_types))} {'are' if len(layer_types) > 1 else 'is'} listed "
         f"in layer_types but rope_parameters (keyed by layer type) has no entry for "
-        f"{'them' if len(layer_types) > 1 else 'it'}; transformers' config class fills in its "
-        f"own defaults: pass the config loaded by transformers (AutoConfig), add the entry, or "
-        f"teach peregistry the defaults with register_model_conventions(model_type, "
-        f"layer_rope_defaults=...)")
+        f"{'them' if len(layer_types) > 1 else 'it'}; {advice}, or teach peregistry the "
+        f"defaults with register_model_conventions(model_type, layer_rope_defaults=...)")
+
+
+def _no_attention(where: str, what: str, attention: list[str]) -> NoPositionalEncodingError:
+    choose = (f"; the layer types with attention: {', '.join(map(repr, attention))}"
+              if attention else "")
+    return NoPositionalEncodingError(f"{where}: {what} has no attention, so no positional "
+                                     f"encoding: there is no encoder for it{choose}")
+
+
+def _derived(text: Mapping[str, Any], layer_type: str, nope: _NoPE, count: int | None,
+             flat: dict[str, Any], labels: tuple[str, str], where: str) -> dict[str, Any]:
+    """The settings of ``layer_type`` for a config without ``layer_types`` whose config class
+    derives them from ``no_rope_layers`` (``labels``: the RoPE layers' type, the NoPE layers'
+    type; Llama 4's ``chunked_attention`` and ``full_attention``). Never lists the layers."""
+    rope_type, nope_type = labels
+    if not text.get("no_rope_layers") and count is None:
+        raise ConfigError(f"{where}: layer_type={layer_type!r} names a layer type, and the "
+                          f"config has no layer_types; the config class derives them from "
+                          f"no_rope_layers, else from num_hidden_layers and "
+                          f"no_rope_layer_interval, and the config has neither no_rope_layers "
+                          f"nor num_hidden_layers: add one of them (or layer_types), or pass a "
+                          f"layer index")
+    if layer_type == nope_type and nope:
+        raise _nope(where, f"layer type {nope_type!r}", f"no_rope_layers marks layers "
+                    f"{nope.describe()} NoPE, the layers the config class names {nope_type!r}")
+    if layer_type == rope_type and nope.some_rope:
+        return dict(flat)
+    present = [t for t, there in ((rope_type, nope.some_rope), (nope_type, bool(nope))) if there]
+    raise ConfigError(f"{where}: unknown layer_type {layer_type!r}; the config's layer types: "
+                      f"{', '.join(map(repr, present)) or 'none'} (derived from no_rope_layers "
+                      f"as the config class does: RoPE layers are {rope_type!r}, NoPE layers "
+                      f"{nope_type!r})")
+
+
+def _attention_types(by_type: dict[str, Any] | None, flat: dict[str, Any] | None,
+                     layer_types: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The settings by layer type, and the listed types without attention (which have none);
+    those are left out of the settings when some listed type has attention."""
+    types: dict[str, Any] = by_type if by_type is not None else {
+        t: flat for t in dict.fromkeys(layer_types)}
+    free = [t for t in dict.fromkeys(layer_types) if t in NO_ATTENTION_LAYER_TYPES
+            and (by_type is None or types.get(t, _MISSING) is _MISSING)]
+    if any(t not in free for t in types):  # the attention layers' types are the choice
+        types = {t: p for t, p in types.items() if t not in free}
+    return types, free
+
+
+def _every_layer(types: dict[str, Any], layer_types: list[str], nope: _NoPE | None,
+                 flat: dict[str, Any] | None,
+                 how: tuple[list[str], tuple[str, str] | None, bool],
+                 where: str) -> dict[str, Any]:
+    """The settings every layer shares (``layer_type=None``), else the error naming the layer
+    types to choose from. ``how``: the types without attention, the derived layer types
+    (``nope_layer_types``, for a config without ``layer_types``), and whether the config
+    was a transformers object."""
+    free, derived, loaded = how
+    settings = [p for t, p in types.items()
+                if not layer_types or t in layer_types] or list(types.values())
+    if any(p is _MISSING for p in settings):
+        raise _missing(where, [t for t, p in types.items() if p is _MISSING], loaded)
+    if not nope and all(p == settings[0] for p in settings):
+        if settings and settings[0] is None:
+            raise _nope(where, "every layer", "rope_parameters is None")
+        return dict(settings[0] if settings else flat or {})
+    if derived is not None and nope:
+        shown = {derived[0]: flat or {}} if nope.some_rope else {}
+        listed = _describe({**shown, derived[1]: None}, [], None)
+    else:
+        listed = _describe(types, layer_types, nope) if types else "(no layer types)"
+    without = (f" (the {', '.join(map(repr, free))} layers have no attention, so no "
+               f"positional encoding)" if free else "")
+    raise ConfigError(f"{where}: the layers use different positional encodings; pass "
+                      f"layer_type= one of {listed}{without}"
+                      + (f", or a layer index (layers {nope.describe()} use none)"
+                         if nope else ""))
 
 
 def layer_rope(text: Mapping[str, Any], layer_type: str | int | None, where: str,
-               model_type: str = "") -> dict[str, Any]:
+               model_type: str = "", *, loaded: bool = False) -> dict[str, Any]:
     """The flat RoPE settings of ``layer_type`` (a layer type name, a layer index, or None for
-    a model whose layers all agree)."""
+    a model whose layers all agree). ``loaded``: the config came as a transformers object
+    (whose class has filled in its defaults already). Layers of a type without attention
+    (:data:`NO_ATTENTION_LAYER_TYPES`) have no settings; the others are compared."""
     if text.get("use_rope") is False:
         raise _nope(where, "every layer", "use_rope is false")
     if text.get("use_mem_rope") is False:  # Zamba2's shared attention blocks
@@ -190,8 +278,10 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None, where: str
     nope: _NoPE | None = _NoPE(text, count, where)
     by_type = _by_type(text, model_type, layer_types, where)
     flat = _flat(text, where) if by_type is None else None
-    types: dict[str, Any] = by_type if by_type is not None else {
-        t: flat for t in dict.fromkeys(layer_types)}
+    types, free = _attention_types(by_type, flat, layer_types)
+    derived = conventions_of(model_type).get("nope_layer_types")
+    if derived is not None and (layer_types or by_type is not None):
+        derived = None  # the config lists its layer types: they are read as they are
     scaled = _scaling_layers(text, count, where) if by_type is None else None
     if scaled is not None:
         if isinstance(layer_type, int) and not (nope and layer_type in nope) and (
@@ -212,27 +302,24 @@ def layer_rope(text: Mapping[str, Any], layer_type: str | int | None, where: str
         if not layer_types:
             raise ConfigError(f"{where}: the RoPE settings are keyed by layer type "
                               f"({', '.join(types)}) but the config has no 'layer_types'")
+        if layer_types[layer_type] in free:
+            raise _no_attention(where, f"layer {layer_type} (a {layer_types[layer_type]!r} "
+                                f"layer)", list(types))
         layer_type, nope = layer_types[layer_type], None  # it uses RoPE: its type's settings
+    if isinstance(layer_type, str) and derived is not None:
+        return _derived(text, layer_type, nope or _NoPE({}, 0, where), count, flat or {},
+                        derived, where)
     if layer_type is None:
-        settings = [p for t, p in types.items()
-                    if not layer_types or t in layer_types] or list(types.values())
-        if any(p is _MISSING for p in settings):
-            raise _missing(where, [t for t, p in types.items() if p is _MISSING])
-        if not nope and all(p == settings[0] for p in settings):
-            if settings and settings[0] is None:
-                raise _nope(where, "every layer", "rope_parameters is None")
-            return dict(settings[0] if settings else flat or {})
-        listed = _describe(types, layer_types, nope) if types else "(no layer types)"
-        raise ConfigError(f"{where}: the layers use different positional encodings; pass "
-                          f"layer_type= one of {listed}"
-                          + (f", or a layer index (layers {nope.describe()} use none)"
-                             if nope else ""))
+        return _every_layer(types, layer_types, nope, flat, (free, derived, loaded), where)
+    if layer_type in free:
+        raise _no_attention(where, f"layer type {layer_type!r}",
+                            [t for t in types if t not in free])
     if layer_type not in types:
         known = ", ".join(repr(t) for t in types) or "none (pass a layer index or None)"
         raise ConfigError(f"{where}: unknown layer_type {layer_type!r}; the config's layer "
                           f"types: {known}")
     if types[layer_type] is _MISSING:
-        raise _missing(where, [layer_type])
+        raise _missing(where, [layer_type], loaded)
     if types[layer_type] is None:
         raise _nope(where, f"layer type {layer_type!r}", "its rope_parameters entry is None")
     idx = [i for i, t in enumerate(layer_types) if t == layer_type]
