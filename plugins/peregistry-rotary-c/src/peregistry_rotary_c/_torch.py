@@ -99,8 +99,12 @@ def rotate_eager(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bo
     bf16 = xcode == 2
     try:
         # NumPy views of the tensors' own memory (zero-copy): the extension checks the plan
-        # against them. A tensor without storage of its own (a torch.func or functionalization
-        # wrapper) has no view: declined. (requires_grad under no_grad: a view of the values)
+        # against them. A tensor without storage of its own has none: a torch.func wrapper
+        # raises, a functionalization wrapper has a null data pointer (and its numpy() reads
+        # values older than its own: measured), so both are declined. (requires_grad under
+        # no_grad: a view of the values)
+        if not (x.data_ptr() and cos.data_ptr() and sin.data_ptr()):
+            return None
         xv = _view(x.view(torch.int16) if bf16 else x)
         cv, sv = _view(cos), _view(sin)
     except (RuntimeError, TypeError, ValueError):
