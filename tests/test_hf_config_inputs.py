@@ -244,6 +244,38 @@ def test_cli_bad_config_is_a_usage_error(tmp_path: Path, config: dict[str, Any],
     assert "ConfigError" not in run.stderr and "model type" in run.stderr
 
 
+
+#: Configs whose layers differ, and what the CLI's message must say (issue 42: the Python
+#: spelling ``layer_type=`` told a CLI user to pass an option the CLI does not have).
+LAYERS_DIFFER: list[tuple[dict[str, Any], list[str], str]] = [
+    (GEMMA3, [], r"pass --layer-type one of 'full_attention' \(RoPE"),
+    ({**T5, "is_encoder_decoder": True}, [], r"pass --layer-type encoder or decoder"),
+    ({**T5, "is_encoder_decoder": True}, ["--layer-type", "middle"],
+     r"pass --layer-type encoder or decoder \(got --layer-type middle\)"),
+    (GEMMA3, ["--layer-type", "global"], r"unknown --layer-type 'global'"),
+    ({"model_type": "lfm3", "head_dim": 16, "num_attention_heads": 4, "num_hidden_layers": 3,
+      "layer_types": ["conv", "full_attention", "sliding_attention"],
+      "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     [], r"pass --layer-type one of '(full|sliding)_attention'"),
+]
+
+
+@pytest.mark.parametrize(("config", "flags", "message"), LAYERS_DIFFER)
+def test_cli_says_layer_type_as_the_cli_spells_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, Any],
+        flags: list[str], message: str) -> None:
+    from peregistry.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["show", "--hf-config", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert "layer_type=" not in err and "layer_type " not in err, err
+    with pytest.raises(ConfigError, match="layer_type[= ]"):  # the Python API keeps its own
+        per.from_hf_config(config, layer_type=flags[-1] if flags else None)
+
 # -- 6. bounded work and short messages, however many layers -------------------------------
 
 LLAMA4: dict[str, Any] = {"model_type": "llama4_text", "head_dim": 64, "rope_theta": 5e5}

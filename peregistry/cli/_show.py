@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -362,7 +363,7 @@ def _from_hf_config(args: argparse.Namespace, extras: list[str]) -> Encoder:
     """The encoder of ``--hf-config PATH`` (a config.json) and ``--layer-type``."""
     import json
 
-    from ..hf_config import from_hf_config
+    from ..hf_config import ConfigError, from_hf_config
 
     if args.name is not None or extras or args.option:
         given = args.name or " ".join([*extras, *(f"--option {o}" for o in args.option)])
@@ -379,7 +380,20 @@ def _from_hf_config(args: argparse.Namespace, extras: list[str]) -> Encoder:
     layer: str | int | None = args.layer_type
     if isinstance(layer, str) and layer.lstrip("-").isdigit():
         layer = int(layer)
-    return from_hf_config(config, layer_type=layer)
+    try:
+        return from_hf_config(config, layer_type=layer)
+    except ConfigError as exc:  # its advice as this command spells it: --layer-type
+        raise type(exc)(_cli_spelling(str(exc))) from exc
+
+
+def _cli_spelling(message: str) -> str:
+    """A ``from_hf_config`` message with its keyword ``layer_type=`` spelled as the option
+    ``--layer-type`` (``pass layer_type='encoder' or 'decoder'``: ``pass --layer-type encoder
+    or decoder``)."""
+    message = re.sub(r"\blayer_type='([\w.-]+)' or '([\w.-]+)'", r"--layer-type \1 or \2",
+                     message)
+    message = re.sub(r"\blayer_type='([\w.-]+)'", r"--layer-type \1", message)
+    return re.sub(r"\blayer_type(?:= ?| )", "--layer-type ", message)
 
 
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
