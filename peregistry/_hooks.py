@@ -55,3 +55,20 @@ def peregistry_rope_scalings() -> Sequence[Any]:  # type: ignore[empty-body]
 
     .. versionadded:: 0.1
     """
+
+
+@hookspec
+def peregistry_rotation_kernels() -> Sequence[Any]:  # type: ignore[empty-body]
+    """Return rotation kernels: fast paths of the rotary rotation (see
+    :mod:`peregistry.rope.kernels`).
+
+    A kernel has a unique ``name`` and ``rotate(x, cos, sin, *, layout)``, which returns a new
+    array equal to :func:`peregistry.rope.apply_rotation` on the same arguments, or ``None`` to
+    decline (another framework, device, dtype, strides, a tracer, or a derivative that may be
+    asked for). Optional: ``status()`` (``"active"`` or why not), ``priority`` (higher is tried
+    first) and ``ulps`` (a declared tolerance; 0, bit for bit, by default). The core tries the
+    active kernels in turn, then its own paths, so a kernel changes speed, never a result;
+    :func:`peregistry.testing.check_rotation_kernel` holds a kernel to that.
+
+    .. versionadded:: 0.2
+    """

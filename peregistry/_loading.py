@@ -196,7 +196,7 @@ def _call_each(
 
 
 def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
-    """Every plugin's encoders, backends and rope scalings, checked; plugins whose hooks fail
+    """Every plugin's encoders, backends, rope scalings and rotation kernels, checked; plugins whose hooks fail
     get an ``error`` record in the snapshot (``known`` is not changed)."""
     from ._records import Entry
 
@@ -214,6 +214,8 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
         snap.backends.setdefault(backend.name, []).append((backend, info))
     for scaling, info in _call_each(pm, "peregistry_rope_scalings", plugins, _check_scaling):
         snap.scalings.setdefault(scaling.name, []).append((scaling, info))
+    for kernel, info in _call_each(pm, "peregistry_rotation_kernels", plugins, _check_kernel):
+        snap.kernels.setdefault(kernel.name, []).append((kernel, info))
     # A plugin that failed after some of its items were accepted keeps the good ones: the
     # entries refer to the plugin's final (error) record, so `list` shows what went wrong.
     for entries in snap.encoders.values():
@@ -259,6 +261,23 @@ def _check_backend(obj: Any) -> str | None:
 
     if not isinstance(obj, Backend) or not obj.name:
         return f"{obj!r}, not a Backend instance with a name"
+    return None
+
+
+def _check_kernel(obj: Any) -> str | None:
+    """A rotation kernel (see :mod:`peregistry.rope.kernels`) needs a name and a callable
+    ``rotate``; ``status``, if present, must be callable, ``priority`` and ``ulps`` ints."""
+    name = getattr(obj, "name", None)
+    if isinstance(obj, type):
+        return f"{obj!r}, a class: return an instance of it (a rotation kernel is an object)"
+    if not isinstance(name, str) or not name or not callable(getattr(obj, "rotate", None)):
+        return f"{obj!r}, not a rotation kernel (needs a name and rotate(x, cos, sin, *, layout))"
+    if hasattr(obj, "status") and not callable(obj.status):
+        return f"rotation kernel {name!r}: status must be callable"
+    for attr in ("priority", "ulps"):
+        value = getattr(obj, attr, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or (attr == "ulps" and value < 0):
+            return f"rotation kernel {name!r}: {attr} must be an int{' >= 0' if attr == 'ulps' else ''}, got {value!r}"
     return None
 
 

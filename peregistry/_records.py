@@ -1,19 +1,20 @@
 """What the registry knows about each plugin and encoder: the public records :class:`PluginInfo`
-and :class:`EncoderInfo` (rows of ``list_encoders``), and the private snapshot of one collection
+and :class:`EncoderInfo` (rows of ``list_encoders``), :class:`KernelInfo` (rows of
+``peregistry.rope.kernels``), and the private snapshot of one collection
 of every plugin's hooks, from which the registry answers until a plugin is added or removed.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backends._base import Backend
     from .encoders.base import Encoder
 
-__all__ = ["BUILTIN_DISTRIBUTION", "EncoderInfo", "PluginInfo"]
+__all__ = ["BUILTIN_DISTRIBUTION", "EncoderInfo", "KernelInfo", "PluginInfo"]
 
 #: The distribution whose entry points are the built-in families.
 BUILTIN_DISTRIBUTION = "peregistry"
@@ -63,6 +64,31 @@ class EncoderInfo:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class KernelInfo:
+    """One row of :func:`peregistry.rope.kernels`: a rotation kernel, the plugin that provided
+    it, and whether the core uses it.
+
+    ``status`` is ``"active"`` (tried on every rotation, before the core's own paths), or why
+    not: the kernel's own word (``"not built (...)"``, ``"off (...)"``), ``"conflict"`` (two
+    plugins gave kernels of one name: neither is used), or ``"error"`` (its ``status()``
+    raised; ``error`` says how).
+    """
+
+    name: str
+    plugin: PluginInfo
+    status: str
+    priority: int = 0
+    ulps: int = 0
+    error: str | None = None
+    kernel: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        """Whether the core tries this kernel."""
+        return self.status == "active"
+
+
 class Entry:
     """An encoder class and the plugin that provided it."""
 
@@ -81,12 +107,13 @@ class Snapshot:
     """Every plugin's hook results, collected once; entries of one name from several plugins
     are kept side by side, so that the conflict can be reported."""
 
-    __slots__ = ("backends", "encoders", "plugins", "scalings")
+    __slots__ = ("backends", "encoders", "kernels", "plugins", "scalings")
 
     def __init__(self) -> None:
         self.encoders: dict[str, list[Entry]] = {}
         self.backends: dict[str, list[tuple[Backend, PluginInfo]]] = {}
         self.scalings: dict[str, list[tuple[Any, PluginInfo]]] = {}
+        self.kernels: dict[str, list[tuple[Any, PluginInfo]]] = {}
         self.plugins: dict[str, PluginInfo] = {}
 
 

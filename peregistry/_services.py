@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ._records import KernelInfo
     from .backends._base import Backend
     from .encoders.base import Encoder
 
@@ -50,6 +51,10 @@ class Services(Protocol):
 
     def get_encoder(self, name: str, /, **options: Any) -> Encoder:
         """The encoder ``name`` with ``options``."""
+        ...
+
+    def rotation_kernels(self) -> list[KernelInfo]:
+        """Every rotation kernel, in the order tried, with its status."""
         ...
 
 

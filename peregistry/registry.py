@@ -43,6 +43,7 @@ from ._loading import ENV_LOAD_PLUGINS as ENV_LOAD_PLUGINS
 from ._records import (
     BUILTIN_DISTRIBUTION,
     EncoderInfo,
+    KernelInfo,
     PluginInfo,
     Snapshot,
     conflict_message,
@@ -145,6 +146,10 @@ class Registry:
     def _invalidate(self) -> None:
         self._snapshot = None
         self._backend_by_type = {}
+        if self is default_registry:  # its rotation kernels are the process's (rope._kernels)
+            kernels = sys.modules.get("peregistry.rope._kernels")
+            if kernels is not None:
+                kernels.reset()
 
     # -- collecting hook results ----------------------------------------------------------------
     def _snap(self) -> Snapshot:
@@ -303,6 +308,27 @@ class Registry:
                 )
             out[name] = entries[0][0]
         return out
+
+    # -- rotation kernels -----------------------------------------------------------------------
+    def rotation_kernels(self) -> list[KernelInfo]:
+        """Every rotation kernel, in the order the core tries them (``priority``, higher first,
+        then registration order), each with its status (see :func:`peregistry.rope.kernels`)."""
+        snap = self._snap()
+        rows = []
+        for name, entries in snap.kernels.items():
+            for kernel, info in entries:
+                priority, ulps = getattr(kernel, "priority", 0), getattr(kernel, "ulps", 0)
+                status, error = "active", None
+                if len(entries) > 1:
+                    status = "conflict"
+                    error = conflict_message("rotation kernel", name, [i for _, i in entries])
+                elif callable(getattr(kernel, "status", None)):
+                    try:
+                        status = str(kernel.status())
+                    except Exception as exc:
+                        status, error = "error", f"status() raised {describe(exc)}"
+                rows.append(KernelInfo(name, info, status, priority, ulps, error, kernel))
+        return sorted(rows, key=lambda r: -r.priority)
 
 
 class _EncoderClassPlugin:

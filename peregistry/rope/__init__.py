@@ -42,6 +42,7 @@ from ._funcs import (
     rotate_interleaved_layout,
 )
 from ._kernel import kernel_isa, kernel_status
+from ._kernels import RotationKernel, kernels
 from ._tables import clear_caches, set_table_cache_bytes, table_cache_bytes
 from ._weights import permute_for_layout
 from .encoder import RotaryEncoder
@@ -54,6 +55,7 @@ __all__ = [
     "MultiAxisRotary",
     "RotaryEncoder",
     "RotaryTables",
+    "RotationKernel",
     "ScaledRotary",
     "ScalingState",
     "angles",
@@ -66,6 +68,7 @@ __all__ = [
     "inv_freq",
     "kernel_isa",
     "kernel_status",
+    "kernels",
     "permute_for_layout",
     "rotate_every_two",
     "rotate_features",

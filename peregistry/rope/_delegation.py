@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._jax as _jax
+import peregistry.rope._kernels as _kernels
 import peregistry.rope._numpy as _numpy
 import peregistry.rope._torch as _torch
 
@@ -77,7 +78,17 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
            xp: Any, native: bool = True, eager: bool = False) -> Any:
     """Rotate the pairs of ``x`` by half-width tables ``cos``/``sin`` (of dtype ``cdt``, which
     the rotation runs in); the result has ``x``'s dtype. ``native=False`` forces the generic
-    rotation (the reference). ``eager``: the caller found ``x`` no tracer (nothing compiles)."""
+    rotation (the reference). ``eager``: the caller found ``x`` no tracer (nothing compiles).
+    The rotation kernels of plugins are tried first (:mod:`._kernels`)."""
+    if native:
+        kernels = _kernels.ACTIVE
+        if kernels is None:
+            kernels = _kernels.active()
+        if kernels:
+            out = _kernels.rotate(kernels, x, cos, sin, rotary_dim=rotary_dim,
+                                  interleaved=interleaved, xp=xp)
+            if out is not None:
+                return out
     name = getattr(xp, "__name__", None)
     if native and name in _TORCH_NAMES:
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,

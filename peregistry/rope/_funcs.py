@@ -149,14 +149,49 @@ def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     return xp.reshape(out, (*out.shape[:-2], x.shape[-1]))
 
 
-def apply_rotation(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,
-                   xp: Any) -> Any:
-    """The generic (Array API) rotation, the reference for the framework fast paths.
+def apply_rotation(x: Any, cos: Any, sin: Any, *, layout: Layout | None = None,
+                   rotary_dim: int | None = None, interleaved: bool | None = None,
+                   cdt: Any = None, xp: Any = None) -> Any:
+    """The generic (Array API) rotation, the reference for the framework fast paths and the
+    rotation kernels of plugins: RoFormer's ``a' = a·cos - b·sin``, ``b' = b·cos + a·sin`` for
+    each pair ``(a, b)`` (Su et al. 2021, eq. 34), each product and sum rounded once.
 
-    ``cos``/``sin`` are ``(..., rotary_dim/2)`` per pair and broadcast against
-    ``x.shape[:-1]``; the rotation runs in ``cdt`` and the result is cast to ``x.dtype`` once.
-    Features from ``rotary_dim`` on pass through unchanged (partial rotary: GPT-NeoX, GPT-J,
-    Phi)."""
+    :param x: ``(..., seq, dim)`` queries or keys, any real floating dtype.
+    :param cos: ``(..., seq, rotary_dim/2)``, one entry per pair, broadcasting against
+        ``x.shape[:-1]``.
+    :param sin: the same shape and dtype as ``cos``.
+    :param layout: ``"half"`` (the default) pairs ``(i, i + rotary_dim/2)``,
+        ``"interleaved"`` pairs ``(2i, 2i+1)``; ``interleaved=True/False`` says the same.
+    :param rotary_dim: the features that rotate (default ``2 * cos.shape[-1]``); those from
+        ``rotary_dim`` on pass through unchanged (partial rotary: GPT-NeoX, GPT-J, Phi).
+    :param cdt: the dtype the rotation runs in (default the tables' dtype); the result is cast
+        to ``x.dtype`` once.
+    :param xp: the namespace (default: the arrays').
+
+    >>> import numpy as np
+    >>> from peregistry.rope import apply_rotation
+    >>> x = np.array([[1.0, 0.0, 0.0, 1.0]])           # one position, pairs (x0, x2), (x1, x3)
+    >>> c, s = np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]])   # turn pair 0 by 90 degrees
+    >>> apply_rotation(x, c, s)
+    array([[0., 0., 1., 1.]])
+    """
+    if interleaved is None:
+        interleaved = check_layout("half" if layout is None else layout)
+    elif layout is not None and check_layout(layout) != interleaved:
+        raise ValueError(f"apply_rotation: layout={layout!r} and interleaved={interleaved!r} "
+                         f"disagree; pass one of them")
+    if cdt is None or xp is None or rotary_dim is None:
+        for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+            if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+                raise TypeError(f"apply_rotation: {name} must be an array, got "
+                                f"{type(a).__name__}")
+        xp = _namespace(xp, x, cos, sin)
+        cdt = cos.dtype if cdt is None else cdt
+        rotary_dim = 2 * cos.shape[-1] if rotary_dim is None else rotary_dim
+        if not 0 < rotary_dim <= x.shape[-1] or rotary_dim % 2 or cos.shape[-1] != rotary_dim // 2:
+            raise ValueError(f"apply_rotation: x.shape={tuple(x.shape)} and cos.shape="
+                             f"{tuple(cos.shape)} with rotary_dim={rotary_dim}: expected an even "
+                             f"rotary_dim <= x.shape[-1] and tables of rotary_dim/2 entries")
     dim = x.shape[-1]
     xc = x if x.dtype == cdt else xp.astype(x, cdt)
     xr = xc[..., :rotary_dim] if rotary_dim < dim else xc

@@ -26,6 +26,7 @@ from ._report import Report, ReportRow, check_encoder
 from ._report import format_table as format_table  # for the CLI
 from ._report import run_case as run_case
 from .checks import registered_checks
+from .kernels import check_rotation_kernel
 
 __all__ = [
     "BACKENDS_ENV",
@@ -37,6 +38,7 @@ __all__ = [
     "cases_for",
     "check",
     "check_encoder",
+    "check_rotation_kernel",
     "parametrize_with_checks",
     "registered_checks",
 ]
