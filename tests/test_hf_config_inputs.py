@@ -147,6 +147,24 @@ def test_missing_layer_type_of_an_unknown_family_is_named() -> None:
         unregister_model_conventions("my_model")
 
 
+def test_missing_layer_type_advice_depends_on_what_was_passed() -> None:
+    """Loading a config.json with AutoConfig fills in the class's defaults; advising it to the
+    user who passed the loaded object is advice to do what was done (issue 42)."""
+    other = {**GEMMA3, "model_type": "my_model"}
+
+    class Loaded:  # a PretrainedConfig as from_hf_config reads it
+        model_type = "my_model"
+
+        def to_dict(self) -> dict[str, Any]:
+            return dict(other)
+
+    with pytest.raises(ConfigError, match="pass the config loaded by transformers"):
+        opts(other)
+    with pytest.raises(ConfigError, match="'sliding_attention' is listed") as info:
+        opts(Loaded())  # type: ignore[arg-type]
+    assert "AutoConfig" not in str(info.value) and "layer_rope_defaults" in str(info.value)
+
+
 @pytest.mark.skipif(_transformers_models() is None, reason="needs transformers (torch env)")
 def test_missing_layer_type_matches_transformers() -> None:
     from transformers import Gemma3TextConfig
