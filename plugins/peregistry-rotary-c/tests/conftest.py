@@ -25,7 +25,6 @@ def generic(x: Any, cos: Any, sin: Any, layout: str) -> Any:
     """The reference: peregistry's generic rotation computing in the tables' dtype, as the core
     calls it for a kernel's arguments."""
     from array_api_compat import array_namespace
-
     from peregistry.rope import apply_rotation
 
     return apply_rotation(x, cos, sin, rotary_dim=x.shape[-1], interleaved=layout == "interleaved",
@@ -38,10 +37,11 @@ def as_numpy_bits(a: Any) -> np.ndarray[Any, Any]:
         return a
     import torch
 
-    a = a.detach().cpu()
-    if a.dtype == torch.bfloat16:
-        return a.view(torch.int16).numpy().view(np.uint16)
-    return a.numpy()
+    t = a.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+        return np.asarray(t.numpy()).view(np.uint16)
+    return np.asarray(t.numpy())
 
 
 def _bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import LAYOUTS, assert_same_bits, generic
 
 from peregistry_rotary_c import CRotationKernel, _numpy
 from peregistry_rotary_c import kernel as kmod
 from peregistry_rotary_c.kernel import numpy_threads
+
+from conftest import LAYOUTS, assert_same_bits, generic
 
 
 def tables(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float32) -> tuple[Any, Any]:
@@ -79,7 +80,7 @@ def test_strided_views_are_rotated_or_declined(kernel: CRotationKernel) -> None:
         "reversed features": base[0, :, 0, ::-1][:, :64],
     }
     c2, s2 = tables(rng, (16, 16))
-    for name, x in declined.items():
+    for x in declined.values():
         half = x.shape[-1] // 2
         check(kernel, x, cos[:, :half] if half == 32 else c2, sin[:, :half] if half == 32 else s2,
               "half", answers=False)
@@ -184,8 +185,9 @@ def test_numpy_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -
 def test_the_extension_is_given_those_threads(kernel: CRotationKernel, monkeypatch: pytest.MonkeyPatch) -> None:
     """A large array is rotated on OMP_NUM_THREADS threads; a small one on one, without reading
     the variable."""
-    real = kmod.load()
-    assert real is not None
+    loaded = kmod.load()
+    assert loaded is not None
+    real: Any = loaded
     seen: list[int] = []
 
     class Spy:

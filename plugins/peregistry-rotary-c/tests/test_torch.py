@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import LAYOUTS, assert_same_bits, generic
 
 from peregistry_rotary_c import CRotationKernel
 from peregistry_rotary_c import kernel as kmod
 
-torch = pytest.importorskip("torch")
+from conftest import LAYOUTS, assert_same_bits, generic
+
+torch: Any = pytest.importorskip("torch")
 
 from peregistry_rotary_c import _torch  # noqa: E402  (imports torch)
 
@@ -81,8 +82,9 @@ def test_prefill_on_threads(kernel: CRotationKernel) -> None:
 
 
 def test_the_extension_is_given_torch_threads(kernel: CRotationKernel, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = kmod.load()
-    assert real is not None
+    loaded = kmod.load()
+    assert loaded is not None
+    real: Any = loaded
     seen: list[int] = []
 
     class Spy:

@@ -1,7 +1,7 @@
 """peregistry-rotary-c: a fused C rotation kernel for peregistry's rotary encoders.
 
 The kernel rotates NumPy arrays and CPU torch tensors in one pass over memory, bit for bit
-peregistry's generic rotation (RoFormer, Su et al. 2021, eq. 34: ``a' = a·cos − b·sin``,
+peregistry's generic rotation (RoFormer, Su et al. 2021, eq. 34: ``a' = a·cos - b·sin``,
 ``b' = b·cos + a·sin`` per pair, each product and sum rounded once in the tables' dtype). The
 core finds it through the ``peregistry`` entry point group (:mod:`.plugin`); nothing here is
 called by users directly. ``PEREGISTRY_NATIVE=0`` switches it off.

@@ -151,7 +151,7 @@ def _table_strides(t: Any, lead: tuple[int, ...], half: int) -> tuple[int, ...] 
 
 def rotate_functional(x: Any, cos: Any, sin: Any, interleaved: bool) -> Any:
     """The plain torch expression of the generic rotation (differentiable, traceable): ``x`` in
-    the tables' dtype, ``a·c − b·s`` and ``b·c + a·s`` (each product and sum rounded once), back
+    the tables' dtype, ``a·c - b·s`` and ``b·c + a·s`` (each product and sum rounded once), back
     to ``x``'s dtype once. The op's answer where the kernel declines at run time."""
     h = x.shape[-1] // 2
     xc = x.to(cos.dtype)

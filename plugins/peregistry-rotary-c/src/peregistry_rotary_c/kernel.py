@@ -3,7 +3,7 @@
 ``rotate(x, cos, sin, layout=...)`` returns ``x`` rotated by half-width tables, a new array equal
 bit for bit to peregistry's generic rotation (``peregistry.rope.apply_rotation`` with the tables'
 dtype as the computing dtype): for each pair ``(a, b)`` of ``x`` (``(i, i + R/2)`` in the
-``"half"`` layout, ``(2i, 2i+1)`` ``"interleaved"``), ``a' = a·c − b·s`` and ``b' = b·c + a·s``,
+``"half"`` layout, ``(2i, 2i+1)`` ``"interleaved"``), ``a' = a·c - b·s`` and ``b' = b·c + a·s``,
 RoFormer (Su et al. 2021), eq. (34), each product and the sum rounded once in the tables' dtype
 (no fused multiply-add), then one rounding to ``x``'s dtype. Or ``None``, where it does not
 apply: it never changes a result, only how fast one comes.
