@@ -12,13 +12,13 @@ stray read or write.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .kernel import numpy_threads
-
-__all__ = ["PLANS", "broadcast_strides", "plan", "rotate"]
+__all__ = ["PLANS", "broadcast_strides", "numpy_threads", "plan", "rotate", "run"]
 
 #: ``numpy`` dtype char -> the kernel's dtype code (native byte order only: see :func:`plan`).
 _CODES = {"f": 0, "d": 1}
@@ -40,31 +40,40 @@ def rotate(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bool) ->
     ndarray = sys.modules["numpy"].ndarray
     if type(cos) is not ndarray or type(sin) is not ndarray:
         return None
+    return run(module, x, cos, sin, interleaved, PLANS, False, numpy_threads)
+
+
+def run(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bool, plans: dict[tuple[Any, ...], Any],
+        bf16: bool, threads: Callable[[], int]) -> Any | None:
+    """The kernel on NumPy arrays (``x`` int16 or uint16 holding bfloat16 bits where ``bf16``):
+    the plan looked up in ``plans`` by the layouts, a new C-contiguous output, ``threads()``
+    asked only for arrays large enough to use them. None if the plan is None."""
     key = (x.shape, x.strides, x.dtype, cos.shape, cos.strides, cos.dtype, sin.shape, sin.strides,
            sin.dtype)
-    found = PLANS.get(key, _UNPLANNED)
+    found = plans.get(key, _UNPLANNED)
     if found is _UNPLANNED:
-        found = plan(x, cos, sin)
-        if len(PLANS) >= 64:
-            PLANS.clear()
-        PLANS[key] = found
+        found = plan(x, cos, sin, bf16=bf16)
+        if len(plans) >= 64:
+            plans.clear()
+        plans[key] = found
     # (alignment is of the data pointer, not of the layout: asked on every call)
     if found is None or not (x.flags.aligned and cos.flags.aligned and sin.flags.aligned):
         return None
     xcode, wcode, lead, xstr, cstr, sstr, size = found
     out = sys.modules["numpy"].empty(x.shape, x.dtype)
     module.rotate(x, out, cos, sin, lead, xstr, cstr, sstr, x.shape[-1], interleaved, xcode, wcode,
-                  numpy_threads() if size >= _MIN_THREADED else 1)
+                  threads() if size >= _MIN_THREADED else 1)
     return out
 
 
-def plan(x: Any, cos: Any, sin: Any) -> Plan | None:
+def plan(x: Any, cos: Any, sin: Any, *, bf16: bool = False) -> Plan | None:
     """The kernel's dtype codes, ``x.shape[:-1]``, the element strides of ``x``, ``cos`` and
     ``sin`` over it (0 where a table broadcasts) and ``x.size``; None if the kernel does not take
-    these arrays."""
+    these arrays. ``bf16``: ``x`` holds bfloat16 bits in 16-bit integers (a torch tensor's)."""
     if not (x.dtype.isnative and cos.dtype.isnative and sin.dtype.isnative):
         return None
-    xcode, wcode = _CODES.get(x.dtype.char), _CODES.get(cos.dtype.char)
+    xcode = (2 if x.dtype.char in "hH" else None) if bf16 else _CODES.get(x.dtype.char)
+    wcode = _CODES.get(cos.dtype.char)
     if xcode is None or wcode is None or sin.dtype != cos.dtype:
         return None
     if x.ndim < 1 or x.ndim - 1 > 64 or x.size == 0:
@@ -116,3 +125,36 @@ def broadcast_strides(shape: tuple[int, ...], strides: tuple[int, ...],
         elif size != 1:
             return None
     return tuple(out)
+
+
+# -- threads for NumPy -------------------------------------------------------------------------
+class _Cores:
+    """The CPUs this process may run on, found once per process (a forked child asks again)."""
+
+    pid = -1
+    count = 1
+
+
+_CORES = _Cores()
+
+
+def numpy_threads() -> int:
+    """Threads a NumPy rotation may use: ``OMP_NUM_THREADS`` if set (its first entry, as OpenMP
+    reads a list), else the CPUs in this process's affinity mask (``taskset``, cgroup cpusets),
+    else ``os.cpu_count()``. Read at each large call, so a change of the variable is followed."""
+    env = os.environ.get("OMP_NUM_THREADS")
+    if env:
+        try:
+            n = int(env.split(",")[0])
+        except ValueError:
+            n = 0
+        if n >= 1:
+            return n
+    pid = os.getpid()
+    if _CORES.pid != pid:
+        if hasattr(os, "sched_getaffinity"):
+            _CORES.count = max(1, len(os.sched_getaffinity(0)))
+        else:  # macOS: no affinity masks
+            _CORES.count = os.cpu_count() or 1
+        _CORES.pid = pid
+    return _CORES.count

@@ -23,13 +23,14 @@ compiled region, which Dynamo guards; without it nothing compiles to the op).
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from . import _numpy
-from .kernel import load
+from .kernel import TORCH_PATH, load
 
 __all__ = ["COMPILED_KERNEL_ELEMENTS", "KERNEL_DTYPES", "derivative_possible", "rotate",
            "rotate_eager", "rotate_functional"]
@@ -44,8 +45,6 @@ COMPILED_KERNEL_ELEMENTS = 1 << 18
 #: tables' dtype, rotates, and converts back once; the kernel has a row loop for each pair.
 KERNEL_DTYPES = frozenset((xd, wd) for xd in (torch.float32, torch.float64, torch.bfloat16)
                           for wd in (torch.float32, torch.float64))
-_XCODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
-_WCODES = {torch.float32: 0, torch.float64: 1}
 
 _fwad = torch.autograd.forward_ad
 _functorch = getattr(torch._C, "_functorch", None)
@@ -85,18 +84,7 @@ def rotate_eager(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bo
             or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
             or x.is_neg() or cos.is_neg() or sin.is_neg()):
         return None
-    key = (x.shape, x.stride(), x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape,
-           sin.stride(), sin.dtype)
-    found = PLANS.get(key, _UNPLANNED)
-    if found is _UNPLANNED:
-        found = _plan(x, cos, sin)
-        if len(PLANS) >= 64:
-            PLANS.clear()
-        PLANS[key] = found
-    if found is None:
-        return None
-    xcode, wcode, lead, xstr, cstr, sstr, size = found
-    bf16 = xcode == 2
+    bf16 = x.dtype == torch.bfloat16
     try:
         # NumPy views of the tensors' own memory (zero-copy): the extension checks the plan
         # against them. A tensor without storage of its own has none: a torch.func wrapper
@@ -109,10 +97,12 @@ def rotate_eager(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bo
         cv, sv = _view(cos), _view(sin)
     except (RuntimeError, TypeError, ValueError):
         return None
-    out = torch.empty(x.shape, dtype=torch.int16 if bf16 else x.dtype, device="cpu")
-    module.rotate(xv, out.numpy(), cv, sv, lead, xstr, cstr, sstr, x.shape[-1], interleaved,
-                  xcode, wcode, torch.get_num_threads() if size >= _numpy._MIN_THREADED else 1)
-    return out.view(torch.bfloat16) if bf16 else out
+    out = _numpy.run(module, xv, cv, sv, interleaved, PLANS, bf16, torch.get_num_threads)
+    if out is None:
+        return None
+    # (allocated by NumPy, then wrapped: a third of torch.empty_like's cost on a decode step)
+    result = torch.from_numpy(out)
+    return result.view(torch.bfloat16) if bf16 else result
 
 
 def _view(t: Any) -> Any:
@@ -120,33 +110,8 @@ def _view(t: Any) -> Any:
     return (t.detach() if t.requires_grad else t).numpy()
 
 
-#: ``(shape, strides, dtype of x, cos, sin)`` -> what :func:`_plan` found (at most 64).
+#: The plans of torch's NumPy views (bfloat16 as int16), by layout (at most 64).
 PLANS: dict[tuple[Any, ...], Any] = {}
-_UNPLANNED = object()
-
-
-def _plan(x: Any, cos: Any, sin: Any) -> _numpy.Plan | None:
-    """As :func:`._numpy.plan`, from torch's element strides."""
-    xcode, wcode = _XCODES.get(x.dtype), _WCODES.get(cos.dtype)
-    if xcode is None or wcode is None or sin.dtype != cos.dtype:
-        return None
-    if x.dim() < 1 or x.dim() - 1 > 64 or x.numel() == 0:
-        return None
-    rd = x.shape[-1]
-    if rd < 2 or rd % 2 or x.stride(-1) != 1:
-        return None
-    lead = tuple(x.shape[:-1])
-    cstr = _table_strides(cos, lead, rd // 2)
-    sstr = _table_strides(sin, lead, rd // 2)
-    if cstr is None or sstr is None:
-        return None
-    return xcode, wcode, lead, tuple(x.stride()[:-1]), cstr, sstr, x.numel()
-
-
-def _table_strides(t: Any, lead: tuple[int, ...], half: int) -> tuple[int, ...] | None:
-    if t.dim() < 1 or t.shape[-1] != half or (half > 1 and t.stride(-1) != 1):
-        return None
-    return _numpy.broadcast_strides(tuple(t.shape[:-1]), tuple(t.stride()[:-1]), lead)
 
 
 def rotate_functional(x: Any, cos: Any, sin: Any, interleaved: bool) -> Any:
@@ -191,3 +156,5 @@ def _under_compile(x: Any, cos: Any, sin: Any, interleaved: bool) -> Any | None:
 
     return op(x, cos, sin, interleaved)
 
+
+TORCH_PATH["torch"] = sys.modules[__name__]

@@ -23,6 +23,9 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+from . import _numpy
+from ._numpy import numpy_threads
+
 __all__ = ["NATIVE_ENV", "CRotationKernel", "kernel_status", "load", "numpy_threads"]
 
 #: Set to ``0`` (or false/no/off) to switch the kernel off.
@@ -77,39 +80,6 @@ def kernel_status() -> str:
     return STATE.status
 
 
-# -- threads for NumPy -------------------------------------------------------------------------
-class _Cores:
-    """The CPUs this process may run on, found once per process (a forked child asks again)."""
-
-    pid = -1
-    count = 1
-
-
-_CORES = _Cores()
-
-
-def numpy_threads() -> int:
-    """Threads a NumPy rotation may use: ``OMP_NUM_THREADS`` if set (its first entry, as OpenMP
-    reads a list), else the CPUs in this process's affinity mask (``taskset``, cgroup cpusets),
-    else ``os.cpu_count()``. Read at each large call, so a change of the variable is followed."""
-    env = os.environ.get("OMP_NUM_THREADS")
-    if env:
-        try:
-            n = int(env.split(",")[0])
-        except ValueError:
-            n = 0
-        if n >= 1:
-            return n
-    pid = os.getpid()
-    if _CORES.pid != pid:
-        if hasattr(os, "sched_getaffinity"):
-            _CORES.count = max(1, len(os.sched_getaffinity(0)))
-        else:  # macOS: no affinity masks
-            _CORES.count = os.cpu_count() or 1
-        _CORES.pid = pid
-    return _CORES.count
-
-
 # -- the kernel -------------------------------------------------------------------------------
 class CRotationKernel:
     """The fused C rotation (see the module): NumPy arrays and CPU torch tensors of float32,
@@ -138,16 +108,20 @@ class CRotationKernel:
             return None
         np = sys.modules.get("numpy")  # (x is not NumPy's if NumPy is not imported)
         if np is not None and type(x) is np.ndarray:
-            from ._numpy import rotate as rotate_numpy
-
-            return rotate_numpy(module, x, cos, sin, interleaved)
+            return _numpy.rotate(module, x, cos, sin, interleaved)
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(x, torch.Tensor):
-            from ._torch import rotate as rotate_torch
-
-            return rotate_torch(module, x, cos, sin, interleaved)
+            path: Any = TORCH_PATH.get("torch")
+            if path is None:  # first torch call (also under Dynamo, which runs the import)
+                from . import _torch as path
+            return path.rotate(module, x, cos, sin, interleaved)
         return None
 
     def __repr__(self) -> str:
         return f"CRotationKernel(name={self.name!r}, status={self.status()!r})"
+
+
+#: ``{"torch": peregistry_rotary_c._torch}`` once that module is imported (it registers itself:
+#: the hot path then does not run an import statement).
+TORCH_PATH: dict[str, ModuleType] = {}
 
