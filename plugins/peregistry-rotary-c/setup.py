@@ -32,4 +32,6 @@ kernel = Extension(
     optional=False,
 )
 
-setup(ext_modules=[kernel])
+# force: compile on every build, never reuse objects a previous build left in build/ (pip builds
+# in the source tree), so that a build without a compiler fails however the tree was used.
+setup(ext_modules=[kernel], options={"build_ext": {"force": True}})
