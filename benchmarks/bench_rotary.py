@@ -192,10 +192,9 @@ def main() -> None:
     try:
         import torch
 
-        from peregistry.rope import kernel_isa, kernel_status
+        from peregistry.cli._bench import kernels_line
 
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native rotation "
-              f"kernel: {kernel_status()} ({kernel_isa()})")
+        print(f"torch {torch.__version__}; {kernels_line()}")
         torch_prefill(args.reps, args.quick)
         torch_decode(args.reps)
     except ImportError:

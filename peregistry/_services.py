@@ -90,6 +90,13 @@ def current_services() -> Services:
     return _default
 
 
+def default_services() -> Services:
+    """The services of everything built outside a registry: ``default_registry``."""
+    if _default is None:  # only if peregistry.registry was never imported: a packaging bug
+        raise RuntimeError("no peregistry registry is installed; import peregistry first")
+    return _default
+
+
 @contextmanager
 def use_services(services: Services) -> Iterator[Services]:
     """Within the block, :func:`current_services` is ``services`` (in this thread or task only)."""

@@ -14,5 +14,5 @@ if [ ! -x "$VENV/bin/tox" ]; then
     "$PY" -m venv "$VENV" && "$VENV/bin/python" -m pip install -q --disable-pip-version-check 'tox>=4.11,<5' || exit 1
 fi
 # Longest first, so two at a time finish together; mypy (the `type` env) runs in the plugins env.
-ENVS=${TOX_ENVS:-jax,torch,plugins,flax,keras,numpy,strict,docs,lint}
+ENVS=${TOX_ENVS:-jax,torch,plugins,flax,keras,packaging,numpy,strict,docs,lint}
 exec "$VENV/bin/python" scripts/run_envs.py "$VENV/bin/tox" "$ENVS" "${TOX_PARALLEL:-2}" "$@"

@@ -660,14 +660,15 @@ def test_one_encoder_serving_two_frameworks_at_one_offset() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_pure_path_same_bits_on_any_thread_count(threads: int, dtype: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the C kernel, torch rotates in cache blocks on one thread and in whole-tensor
-    ops on several: both are the generic rotation (:func:`peregistry.rope.apply_rotation`)."""
+    """Without a rotation kernel, torch rotates in cache blocks on one thread and in
+    whole-tensor ops on several: both are the generic rotation
+    (:func:`peregistry.rope.apply_rotation`)."""
     torch = _torch()
     from peregistry.registry import default_registry
-    from peregistry.rope import _kernel
+    from peregistry.rope import _kernels
     from peregistry.rope._torch import BLOCK_ELEMENTS
 
-    monkeypatch.setattr(_kernel.KERNEL, "module", None)  # the pure-torch path
+    monkeypatch.setattr(_kernels, "ACTIVE", ())  # no plugin's kernel: the core's torch path
     xp = default_registry.backend("torch").namespace()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -39,6 +39,7 @@ class Generic:
     """A correct stand-in: the generic rotation itself, counting its answers."""
 
     name = "stand-in"
+    priority = 1000  # before any installed kernel (the C accelerator, where installed)
 
     def __init__(self) -> None:
         self.calls = 0
@@ -184,7 +185,7 @@ def test_unregistering_stops_using_a_kernel() -> None:
 def test_kernels_lists_each_with_its_status(register: Any) -> None:
     class Off(Generic):
         name = "switched-off"
-        priority = 5
+        priority = 5000
 
         def status(self) -> str:
             return "off (MY_SWITCH=0)"
@@ -222,3 +223,17 @@ def test_a_hook_returning_a_class_is_a_plugin_error(register: Any) -> None:
     register(Generic, name="gives-a-class")
     info = {p.name: p for p in per.registry.default_registry.plugins()}["gives-a-class"]
     assert info.status == "error" and "return an instance" in str(info.error)
+
+
+def test_list_kernels_on_the_command_line(register: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from peregistry.cli import main
+
+    register(Generic())
+    assert main(["list", "--kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "stand-in" in out and "kernels-under-test (in-process)" in out and "active" in out
+    assert main(["list", "--kernels", "--format", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["stand-in"]["active"] is True and rows["stand-in"]["plugin"]["name"] == "kernels-under-test"

@@ -79,10 +79,10 @@ NO_THIRD_PARTY = {"PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 def test_rope_exports_its_names() -> None:
     import peregistry.rope as rope
-    from peregistry.rope import _apply, _kernel
+    from peregistry.rope import _apply, _kernels
 
     assert rope.RotaryTables is _apply.RotaryTables and rope.apply_rotary is _apply.apply_rotary
-    assert rope.kernel_status is _kernel.kernel_status and rope.kernel_isa is _kernel.kernel_isa
+    assert rope.kernels is _kernels.kernels and rope.kernel_status is _kernels.kernel_status
     star: dict[str, Any] = {}
     exec("from peregistry.rope import *", star)
     assert set(rope.__all__) <= set(star)

@@ -29,7 +29,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
     from ..bench import format_bench_table, run_bench, stderr_if_tty
-    from ..rope import kernel_isa, kernel_status
 
     try:
         rows = run_bench(args.names or None, comma_list(args.backend) or None, quick=args.quick,
@@ -39,10 +38,32 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     out.write(format_bench_table(rows) + "\n")
     out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
               "in this run (lower is faster).\n")
-    isa = kernel_isa()
-    out.write("native rotation kernel (CPU: eager torch, NumPy, compiled torch inference): "
-              f"{kernel_status()}{'' if isa == '-' else ', ' + isa}\n")
+    out.write(kernels_line() + "\n")
     return 0
+
+
+def kernels_line() -> str:
+    """What ran the rotations: each rotation kernel plugin with its status (and, where the
+    kernel says, its instruction set and thread count), and torch's intra-op threads."""
+    import sys
+
+    from ..rope import kernels
+
+    parts = []
+    for k in kernels():
+        detail = [k.status]
+        for attr in ("isa", "threads"):
+            value = getattr(k.kernel, attr, None)
+            value = value() if callable(value) else value
+            if value is not None:
+                detail.append(f"{attr} {value}")
+        parts.append(f"{k.name} ({k.plugin.label}: {', '.join(detail)})")
+    line = "rotation kernels: " + ("; ".join(parts) if parts else
+                                   "none installed (the core's own paths ran)")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        line += f"; torch threads: {torch.get_num_threads()}"
+    return line
 
 
 COMMAND = Command(

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--kernels", action="store_true",
+                        help="list the rotation kernels (fast paths from plugins) instead: each "
+                             "with its plugin and whether it is active, or why not")
 
 
 def _info_json(info: EncoderInfo) -> dict[str, Any]:
@@ -30,6 +33,8 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """``peregistry list``: every encoder and every broken plugin (exit 0 even then)."""
     from .. import list_encoders
 
+    if args.kernels:
+        return _kernels(args, out)
     infos = list_encoders()
     if args.format == "json":
         dump_json([_info_json(i) for i in infos], out)
@@ -45,9 +50,32 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     return 0
 
 
+def _kernels(args: argparse.Namespace, out: TextIO) -> int:
+    """``peregistry list --kernels``: every rotation kernel, in the order the core tries them."""
+    from ..rope import kernels
+
+    rows = kernels()
+    if args.format == "json":
+        dump_json([{"name": k.name, "status": k.status, "active": k.active, "error": k.error,
+                    "priority": k.priority, "ulps": k.ulps,
+                    "plugin": {"name": k.plugin.name, "distribution": k.plugin.distribution,
+                               "version": k.plugin.version, "label": k.plugin.label}}
+                   for k in rows], out)
+        return 0
+    out.write(table(("kernel", "plugin", "status"),
+                    [(k.name, k.plugin.label, k.status) for k in rows],
+                    [k.error for k in rows]) + "\n")
+    n_on = sum(k.active for k in rows)
+    out.write(f"{len(rows)} rotation kernel{'s' if len(rows) != 1 else ''}, {n_on} active"
+              + ("" if rows else " (install one, e.g. pip install ./plugins/peregistry-rotary-c)")
+              + "\n")
+    return 0
+
+
 COMMAND = Command(
     name="list",
-    help="every registered encoder, with its plugin and status",
+    help="every registered encoder (or, with --kernels, rotation kernel), with its plugin and "
+         "status",
     description="Every registered encoder: name, kind, plugin, status (ok, error, conflict, "
                 "disabled); plugins that failed to load are listed with their error.",
     add_arguments=_add_arguments,

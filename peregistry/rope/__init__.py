@@ -17,8 +17,9 @@ Layers, each importing only the ones above it:
    layout, :func:`rotate_half_layout` and :func:`rotate_interleaved_layout`.
 2. **the fast application** of precomputed tables: :func:`apply_rotary` and
    :class:`RotaryTables` (``q, k = enc.tables(ids).rotate_all(q, k)``), through the one
-   dispatch to framework fast paths (torch's C kernel, cache-blocked and DTensor paths; a fusion
-   boundary under ``torch.compile``/``jax.jit``), bit for bit the reference.
+   dispatch to the rotation kernels of plugins (:func:`kernels`) and framework fast paths
+   (torch's cache-blocked and DTensor paths; a fusion boundary under
+   ``torch.compile``/``jax.jit``), bit for bit the reference.
 3. **the base classes**: :class:`RotaryEncoder` (``rotate``, ``cos_sin``, ``tables``; a
    subclass gives :meth:`~RotaryEncoder._half_cos_sin`), :class:`ScaledRotary`
    (RoFormer frequencies with a ``scaling`` option) and :class:`MultiAxisRotary` (positions
@@ -41,8 +42,7 @@ from ._funcs import (
     rotate_half_layout,
     rotate_interleaved_layout,
 )
-from ._kernel import kernel_isa, kernel_status
-from ._kernels import RotationKernel, kernels
+from ._kernels import RotationKernel, kernel_isa, kernel_status, kernels
 from ._tables import clear_caches, set_table_cache_bytes, table_cache_bytes
 from ._weights import permute_for_layout
 from .encoder import RotaryEncoder

@@ -24,21 +24,22 @@ its result; :func:`peregistry.testing.check_rotation_kernel` holds a kernel to t
 attributes: ``status()`` (``"active"``, or why not, e.g. ``"not built (...)"``), ``priority``
 and ``ulps`` (a tolerance the kernel declares; 0, bit for bit, by default).
 
-Kernels are process-wide: those of the default registry, read on the first rotation (and again
-after a plugin is registered or unregistered, which empties :data:`ACTIVE`); an exception a
-kernel raises reaches the caller.
+Kernels are process-wide: those of the default registry, read when the first rotary encoder is
+made (and again after a plugin is registered or unregistered, or :func:`clear_caches`, which
+empty :data:`ACTIVE`); an exception a kernel raises reaches the caller.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._services import current_services, dynamo_tracing
+from .._services import default_services, dynamo_tracing
 
 if TYPE_CHECKING:
     from .._records import KernelInfo
 
-__all__ = ["RotationKernel", "kernels"]
+__all__ = ["RotationKernel", "kernel_isa", "kernel_status", "kernels"]
 
 
 class RotationKernel(Protocol):
@@ -58,14 +59,16 @@ ACTIVE: tuple[Any, ...] | None = None
 
 
 def active() -> tuple[Any, ...]:
-    """:data:`ACTIVE`, read from the default registry if it is not yet. Not while Dynamo traces
-    (the registry takes a lock and calls plugin code): no kernel then, until an eager call."""
+    """:data:`ACTIVE`, read from the default registry if it is not yet (every rotary encoder asks
+    when it is made, so a model compiled before its first eager call sees the kernels too). Not
+    while Dynamo traces (the registry takes a lock and calls plugin code): no kernel then."""
     global ACTIVE
     found = ACTIVE
     if found is None:
         if dynamo_tracing():
             return ()
-        found = ACTIVE = tuple(k.kernel for k in current_services().rotation_kernels() if k.active)
+        found = ACTIVE = tuple(k.kernel for k in default_services().rotation_kernels()
+                               if k.active)
     return found
 
 
@@ -84,7 +87,7 @@ def kernels() -> list[KernelInfo]:
     >>> [k.name for k in per.rope.kernels() if k.active]  # doctest: +SKIP
     ['c-rotary']
     """
-    return current_services().rotation_kernels()
+    return default_services().rotation_kernels()
 
 
 def rotate(kernels: tuple[Any, ...], x: Any, cos: Any, sin: Any, *, rotary_dim: int,
@@ -102,3 +105,27 @@ def rotate(kernels: tuple[Any, ...], x: Any, cos: Any, sin: Any, *, rotary_dim: 
             # x: [r0 r1 r2 r3 | p0 p1] -> [rotated r | p0 p1]
             return xp.concat((out, x[..., rotary_dim:]), axis=-1)
     return None
+
+
+def kernel_status() -> str:
+    """Deprecated (0.2): the C kernel is a plugin now; use :func:`kernels`. ``"on (NAME, ...)"``
+    with the active kernels, else why none is (``"not installed"`` or each kernel's status)."""
+    warnings.warn("peregistry.rope.kernel_status() is deprecated: rotation kernels are plugins "
+                  "(the C kernel is the distribution plugins/peregistry-rotary-c); use "
+                  "peregistry.rope.kernels()", DeprecationWarning, stacklevel=2)
+    rows = kernels()
+    on = [k.name for k in rows if k.active]
+    if on:
+        return f"on ({', '.join(on)})"
+    return "; ".join(f"{k.name}: {k.status}" for k in rows) or "not installed"
+
+
+def kernel_isa() -> str:
+    """Deprecated (0.2): the instruction set of the first active kernel that says one (its
+    ``isa`` attribute), else ``"-"``; use :func:`kernels`."""
+    warnings.warn("peregistry.rope.kernel_isa() is deprecated: rotation kernels are plugins; "
+                  "use peregistry.rope.kernels()", DeprecationWarning, stacklevel=2)
+    for k in kernels():
+        if k.active and isinstance(getattr(k.kernel, "isa", None), str):
+            return str(k.kernel.isa)
+    return "-"

@@ -143,16 +143,14 @@ STORE = Store()
 
 def clear_caches() -> None:
     """Free everything peregistry keeps: the tables of :data:`STORE`, the programs compiled for
-    eager JAX calls and the C kernel's plans of array layouts (made again on next use; results
-    never change, only speed)."""
+    eager JAX calls, and the list of active rotation kernels (read again from the registry on
+    the next rotation). Made again on next use; results never change, only speed."""
     from .._jax_eager import clear as clear_programs
-    from ._numpy import PLANS as NUMPY_PLANS
-    from ._torch_kernel import PLANS as TORCH_PLANS
+    from ._kernels import reset as forget_kernels
 
     STORE.clear()
     clear_programs()
-    NUMPY_PLANS.clear()
-    TORCH_PLANS.clear()
+    forget_kernels()
 
 
 def set_table_cache_bytes(nbytes: int) -> None:

@@ -1,10 +1,9 @@
 """PyTorch fast paths of the rope engine, reached only through :mod:`._delegation`.
 
 Every path here is bit for bit the generic rotation of :mod:`._funcs` (Hugging Face's
-``q·cos + rotate_half(q)·sin``: two products and a sum, each rounded once), only faster:
+``q·cos + rotate_half(q)·sin``: two products and a sum, each rounded once), only faster, and
+uses torch's own operators alone (native kernels are plugins: :mod:`._kernels`):
 
-* the fused C kernel (:mod:`._torch_kernel`) for plain, contiguous CPU tensors, eager or, as
-  the ``peregistry::rotate`` op, under ``torch.compile`` where no derivative can be asked for;
 * eager ``out=`` ops into one preallocated output, cache-blocked for large inputs;
 * the plain expression where autograd, forward AD, a tracer or a placeholder needs it;
 * a ``DTensor`` rotated shard by shard, without communication.
@@ -19,8 +18,7 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from ..backends._torch import is_placeholder
-from ._torch_kernel import derivative_possible, rotate_functional, rotate_native
+from ..backends._torch import bind_probe, is_placeholder
 
 #: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
 #: stay in the last-level cache while the four passes over it run.
@@ -88,45 +86,32 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     """Torch rotation, bit for bit Hugging Face's ``q·cos + rotate_half(q)·sin``.
 
     Under ``torch.compile`` (or with autograd) the plain expression, which inductor fuses into
-    one kernel. Eager: the C kernel where it applies, else ``out=`` ops into one preallocated
-    output (blocked for large inputs, see :func:`_rotate_blocked`).
+    one kernel. Eager: ``out=`` ops into one preallocated output (blocked for large inputs, see
+    :func:`_rotate_blocked`).
     """
     torch = sys.modules["torch"]  # imported (x is a tensor); a dict read, not an import
-
     # The common case first, in few calls (it is paid on every layer of every decode step): a
     # plain tensor, eager, outside torch.func transforms, where no tensor can be a wrapper.
     # ``eager``: the caller's is_tracing(x) saw that nothing compiles or traces.
     plain = (type(x) is torch.Tensor
-             and (eager or (not torch.compiler.is_compiling()
-                            and torch._C._get_tracing_state() is None))
-             and torch._C._functorch.peek_interpreter_stack() is None)
+             and (eager or (not torch.compiler.is_compiling() and not torch.jit.is_tracing()))
+             and bind_probe().transforms() is None)
     if not plain:
         if _is_dtensor(x):
             return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
-        # (a batched table with a plain x, under torch.func.vmap: the out= ops have no
-        # batching rule)
-        if torch.compiler.is_compiling():
-            if ((interleaved or x.dtype == torch.bfloat16)
-                    and _kernel_under_compile(x, cos, sin)):
-                from peregistry.rope._torch_op import rotate as op
-
-                return op(x, cos, sin, rotary_dim, interleaved)
-            return rotate_functional(x, cos, sin, rotary_dim, interleaved)
-        # (torch.jit.trace records torch ops; the kernel's call would not be, nor run on
-        # traced sizes)
-        if (torch._C._get_tracing_state() is not None or is_placeholder(x)
+        # Compiled, traced (torch.jit.trace records torch ops), a placeholder, or a batched
+        # table with a plain x under torch.func.vmap (the out= ops have no batching rule).
+        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or is_placeholder(x)
                 or is_placeholder(cos) or is_placeholder(sin)):
             return rotate_functional(x, cos, sin, rotary_dim, interleaved)
-    # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops and
-    # the kernel would drop their tangents). (derivative_possible, inline: hot)
+    # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops
+    # would drop their tangents); torch has no public "is a level open" question that is cheap
+    # enough here (unpack_dual of three tensors costs ~3 us): docs/architecture.md lists it.
     fwad = sys.modules.get("torch.autograd.forward_ad")
-    if ((fwad is not None and getattr(fwad, "_current_level", -1) >= 0)
+    if ((fwad is not None and fwad._current_level >= 0)
             or (torch.is_grad_enabled() and (
                 x.requires_grad or cos.requires_grad or sin.requires_grad))):
         return rotate_functional(x, cos, sin, rotary_dim, interleaved)
-    out = rotate_native(x, cos, sin, rotary_dim, interleaved, plain=plain)
-    if out is not None:
-        return out
     out = torch.empty_like(x)
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:] = x[..., rotary_dim:]
@@ -141,35 +126,20 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     return out
 
 
-#: Under ``torch.compile``, the fewest elements of ``x`` the C kernel rotates: below, the op's
-#: fixed cost (~15 us on 2 threads) is more than inductor's fused loop takes (interleaved,
-#: measured against it: 1.12-1.16x at 32k elements, even at 128k-256k, 0.77-0.88x from 1M;
-#: docs/benchmarks.md).
-COMPILED_KERNEL_ELEMENTS = 1 << 18
-
-
-def _kernel_under_compile(x: Any, cos: Any, sin: Any) -> bool:
-    """Under ``torch.compile``, whether an interleaved or a bfloat16 rotation is the opaque
-    ``peregistry::rotate`` (the C kernel) rather than the plain expression inductor fuses:
-    inductor's loop over stride-2 pairs is scalar, and its bfloat16 half-layout loop up to 6x
-    the kernel's time; float32 and float64 half-layout loops run as fast as the kernel, and stay
-    inductor's (the caller asks). Only where nothing can take a
-    derivative through it (the op has none): no gradient needed, no ``torch.func`` transform
-    (Dynamo reads and guards the functorch depth), no forward-mode level, not exported (a saved
-    program naming a peregistry op would not load in a process that has not defined it); and
-    only where the kernel runs, and pays: built, a contiguous CPU ``x`` (a transposed one fuses
-    better into inductor's own loop) of a dtype it takes, of at least
-    :data:`COMPILED_KERNEL_ELEMENTS` elements. Dynamo evaluates all of it while tracing."""
+def rotate_functional(x: Any, cos: Any, sin: Any, rotary_dim: int, interleaved: bool) -> Any:
+    """The plain expression (differentiable, traceable), as Hugging Face writes it."""
     torch = sys.modules["torch"]
-    from peregistry.rope import _torch_op
-
-    return bool(
-        _torch_op.KERNEL_ON and not torch.compiler.is_exporting()
-        and torch._C._functorch.get_dynamic_layer_stack_depth() == 0
-        and not derivative_possible(x, cos, sin)
-        and x.device.type == "cpu" and cos.device.type == "cpu" and sin.device.type == "cpu"
-        and cos.dtype == sin.dtype and (x.dtype, cos.dtype) in _torch_op.KERNEL_DTYPES
-        and x.numel() >= COMPILED_KERNEL_ELEMENTS and x.is_contiguous())
+    h = rotary_dim // 2
+    if interleaved:
+        a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+    else:
+        a, b = x[..., :h], x[..., h:rotary_dim]
+    o1 = a * cos - b * sin
+    o2 = b * cos + a * sin
+    rot = torch.stack((o1, o2), dim=-1).flatten(-2) if interleaved else torch.cat((o1, o2), dim=-1)
+    if rotary_dim < x.shape[-1]:
+        rot = torch.cat((rot, x[..., rotary_dim:].to(rot.dtype)), dim=-1)
+    return rot.to(x.dtype)
 
 
 def _rotate_into(x: Any, big_c: Any, big_s: Any, out: Any, tmp: Any, interleaved: bool) -> None:
