@@ -23,7 +23,7 @@ from .errors import EncoderNotFoundError, PluginConflictError, PluginError
 from .registry import EncoderInfo, PluginInfo, default_registry
 from .rope.encoder import RotaryEncoder
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AbsoluteEncoder",
