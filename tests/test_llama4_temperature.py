@@ -202,3 +202,22 @@ def test_floor_scale_past_the_integers(backend: Any, floor_scale: float) -> None
     got = backend.to_numpy(_enc(floor_scale=floor_scale).query_scale(backend.from_numpy(pos)))
     # the default float32 output: one rounding of the float64 value (exact where it is 1)
     np.testing.assert_allclose(got, reference(pos, floor_scale, 0.1), rtol=2.0**-24, atol=0)
+
+
+@pytest.mark.parametrize("floor_scale", [1, 2, 3])
+def test_largest_index_is_finite(backend: Any, floor_scale: int) -> None:
+    """Issue 42, item 9: at the index dtype's largest value (int32 2**31 - 1, as under JAX
+    without x64, and int64 2**63 - 1) the count ``floor((p + 1)/floor_scale)`` does not wrap,
+    also at ``floor_scale=1``, where it is ``p + 1``."""
+    for dtype in (np.int32, np.int64):
+        top = int(np.iinfo(dtype).max)
+        pos = np.array([0, floor_scale - 1, top - 1, top], dtype=dtype)
+        arr = backend.from_numpy(pos)
+        if backend.to_numpy(arr).dtype != dtype:
+            continue  # JAX without x64 has no int64 (the int32 case covers it)
+        got = backend.to_numpy(_enc(floor_scale=floor_scale, attn_scale=0.1).query_scale(
+            arr, dtype=backend.float_dtypes()["float32"])).astype(np.float64)
+        want = reference(pos, floor_scale, 0.1)  # exact counts (Python integers)
+        assert np.all(np.isfinite(got)) and got[-1] >= got[-2] >= 1.0
+        # the wide float's count (float32 without float64: 2**31 - 1 rounds to 2**31) in float32
+        np.testing.assert_allclose(got, want, rtol=2 * float(np.finfo(np.float32).eps), atol=0)

@@ -46,11 +46,12 @@ def query_scale(enc: RotaryEncoder, positions: Any, *, dtype: Any) -> Any:
     wide = wide_int(xp)
     if (xp.isdtype(pos.dtype, "integral") and floor_scale.is_integer()
             and floor_scale <= xp.iinfo(wide).max // 2):
-        # In integers, exact at any position: floor((p + 1)/s) = (p - (s - 1)) // s + 1, which
-        # cannot overflow where p + 1 would (p = 2**31 - 1 in int32).
+        # floor((p + 1)/s) = p // s + (p % s + 1) // s: both terms in integers (neither can
+        # overflow, also at the largest index, where p + 1 would: 2**31 - 1 in int32 and
+        # s = 1), added in the wide float
         s = int(floor_scale)
         p = pos if pos.dtype == wide else xp.astype(pos, wide)
-        count = xp.astype((p - (s - 1)) // s + 1, ctx.wide)
+        count = xp.astype(p // s, ctx.wide) + xp.astype((p % s + 1) // s, ctx.wide)
     else:  # real positions, or a floor_scale past the integers (the count is 0 below it)
         p = pos if pos.dtype == ctx.wide else xp.astype(pos, ctx.wide)
         count = xp.floor((p + 1.0) / floor_scale)
