@@ -82,6 +82,9 @@ class Registry:
         self._plugins: dict[str, PluginInfo] = {}
         self._snapshot: Snapshot | None = None
         self._backend_by_type: dict[type, Backend] = {}
+        # The adapters in lookup order, sorted once per snapshot (by _snap, outside any trace:
+        # TorchDynamo cannot sort by attributes it made symbolic under dynamic=True).
+        self._backend_order: tuple[Snapshot, tuple[Backend, ...]] | None = None
         #: How many times entry points were loaded and hooks collected (observable for tests).
         self.load_count = 0
         self.collect_count = 0
@@ -146,6 +149,7 @@ class Registry:
     def _invalidate(self) -> None:
         self._snapshot = None
         self._backend_by_type = {}
+        self._backend_order = None
         if self is default_registry:  # its rotation kernels are the process's (rope._kernels)
             kernels = sys.modules.get("peregistry.rope._kernels")
             if kernels is not None:
@@ -160,6 +164,8 @@ class Registry:
                 if snap is None:
                     snap = collect(self._manager(), self._plugins)
                     self.collect_count += 1
+                    if all(len(e) == 1 for e in snap.backends.values()):  # (else backends()
+                        self._backend_order = (snap, self._sorted_backends(snap))  # raises)
                     self._snapshot = snap
         return snap
 
@@ -250,12 +256,19 @@ class Registry:
     def backends(self) -> list[Backend]:
         """Every registered backend adapter, in lookup order."""
         snap = self._snap()
+        order = self._backend_order
+        if order is not None and order[0] is snap:
+            return list(order[1])  # (the usual answer: no sorting under torch.compile)
+        return list(self._sorted_backends(snap))
+
+    @staticmethod
+    def _sorted_backends(snap: Snapshot) -> tuple[Backend, ...]:
         out = []
         for name, entries in snap.backends.items():
             if len(entries) > 1:
                 raise PluginConflictError(conflict_message("backend", name, [i for _, i in entries]))
             out.append(entries[0][0])
-        return sorted(out, key=operator.attrgetter("priority"))
+        return tuple(sorted(out, key=operator.attrgetter("priority")))
 
     def backend(self, name: str) -> Backend:
         """The adapter with id ``name`` (``"numpy"``, ``"torch"``, ``"jax"``, ``"array_api_strict"``)."""

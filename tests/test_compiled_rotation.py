@@ -115,3 +115,26 @@ def test_torch_inductor_float64_within_two_ulps_of_eager(layout: str) -> None:
                              dynamic=False)(x)
     assert _ulps(compiled.numpy(), eager.numpy(), x.numpy(), interleaved=layout == "interleaved",
                  dtype=np.float64) <= 2.0
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="torch.compile (the torch env)")
+def test_torch_compile_dynamic_shapes_of_the_bound_method() -> None:
+    """Issue 42, item 1: ``torch.compile(enc.rotate, dynamic=True, fullgraph=True)`` (how
+    serving engines compile) traces the backend lookup: no sort by attributes Dynamo made
+    symbolic. What compiles for one sequence length serves another, with the eager values."""
+    import torch
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    enc: Any = per.get_encoder("rotary", dim=8)
+    torch._dynamo.reset()
+    for call in (enc.rotate, lambda v: enc.rotate(v, torch.arange(v.shape[-2]))):
+        counter = CompileCounterWithBackend("aot_eager")
+        fn = torch.compile(call, dynamic=True, fullgraph=True, backend=counter)
+        frames = []
+        for seq in (5, 7):
+            x = torch.from_numpy(np.random.default_rng(seq).standard_normal((2, seq, 8)))
+            torch._dynamo.mark_dynamic(x, 1)
+            eps = torch.finfo(x.dtype).eps
+            torch.testing.assert_close(fn(x), enc.rotate(x), rtol=0, atol=8 * eps)
+            frames.append(counter.frame_count)
+        assert frames[0] > 0 and frames[1] == frames[0]  # nothing compiled again for seq=7

@@ -389,8 +389,11 @@ def _clipped_table() -> type[per.RelativeEmbedding]:
             return {"table": (2 * m + 1, int(self._values["dim"]))}
 
         def _embed(self, q: Any, k: Any, *, params: Any, ctx: Any, dtype: Any) -> Any:
-            m = int(self._values["max_distance"])
-            idx = ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+            m, xp = int(self._values["max_distance"]), ctx.xp
+            # (two wheres, not xp.clip: array-api-compat's torch clip asks math.isnan of its
+            # bounds, which torch.compile(dynamic=True) makes symbolic: docs/conformance.md)
+            d = distance(q, k, ctx=ctx)
+            idx = xp.where(d > m, m, xp.where(d < -m, -m, d)) + m
             return gather(params["table"], idx, axis=0, ctx=ctx)
 
     return ClippedTable

@@ -199,9 +199,19 @@ class Backend:
         return params
 
     # -- compilation (used by the conformance suite) --------------------------------------------
-    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
-        """``fn`` compiled with this framework's tracing compiler, or None if it has none."""
+    def jit(self, fn: Callable[..., Any], *, dynamic: bool = False) -> Callable[..., Any] | None:
+        """``fn`` compiled with this framework's tracing compiler, or None if it has none.
+        ``dynamic=True`` compiles for symbolic sizes where the framework can (asked only by a
+        caller that :meth:`mark_dynamic` told it can: ``torch.compile(dynamic=True)``)."""
         return None
+
+    def mark_dynamic(self, x: Any, axis: int) -> bool:
+        """Mark ``axis`` of array ``x`` as a size that changes between calls of a function
+        compiled by ``jit(fn, dynamic=True)`` (the sequence axis): True if the framework compiles
+        for symbolic sizes (one compilation then serves every size of that axis, and code that
+        fixes the size is an error), False if its sizes are always static (a new shape is traced
+        again: ``jax.jit``), the default."""
+        return False
 
     def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
                                                            Callable[[], int]]:

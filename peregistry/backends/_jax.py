@@ -94,8 +94,8 @@ class JaxBackend(Backend):
             return np.asarray(x).astype(np.float32)
         return np.asarray(x)
 
-    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
-        import jax
+    def jit(self, fn: Callable[..., Any], *, dynamic: bool = False) -> Callable[..., Any] | None:
+        import jax  # (sizes are static: a new shape is traced again, whatever ``dynamic``)
 
         return jax.jit(fn)
 

@@ -120,13 +120,19 @@ class TorchBackend(Backend):
         out = torch.utils.dlpack.from_dlpack(x)
         return out if device is None else out.to(device)
 
-    def jit(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    def jit(self, fn: Callable[..., Any], *, dynamic: bool = False) -> Callable[..., Any] | None:
         import torch
 
         backend = os.environ.get(COMPILE_BACKEND_ENV, "inductor")
         if backend == "inductor":
             _import_inductor_quietly()
-        return torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=backend)
+        return torch.compile(_own_code(fn), fullgraph=True, dynamic=dynamic, backend=backend)
+
+    def mark_dynamic(self, x: Any, axis: int) -> bool:
+        import torch
+
+        torch._dynamo.mark_dynamic(x, axis)
+        return True
 
     def jit_counted(self, fn: Callable[..., Any]) -> tuple[Callable[..., Any] | None,
                                                            Callable[[], int]]:

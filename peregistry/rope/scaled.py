@@ -177,7 +177,8 @@ class ScaledRotary(RotaryEncoder):
         freqs = self._frequencies(seq_len, keep=not ctx.backend.is_tracing(positions))
         cos, sin = cos_sin(positions, freqs, ctx=ctx)
         af = self.attention_factor
-        if af != 1.0 and math.isfinite(af):
+        # (compared, not math.isfinite: under torch.compile(dynamic=True) af may be symbolic)
+        if af != 1.0 and abs(af) < math.inf:
             cos, sin = cos * af, sin * af
         return cos, _signed(self, sin)
 

@@ -140,38 +140,53 @@ def check_deterministic(case: Case) -> None:
 @check(requires={"jit"})
 def check_jit(case: Case) -> None:
     """The call compiles with the backend's tracing compiler (``jax.jit``,
-    ``torch.compile(fullgraph=True)``) and agrees with eager execution."""
-    probe = sample(case)
+    ``torch.compile(fullgraph=True)``) and agrees with eager execution. Where the backend
+    compiles for symbolic sizes (``torch.compile(dynamic=True)``, the sequence axes marked
+    dynamic), one compilation serves two sequence lengths."""
+    probes = [sample(case), sample(case, shape=(2, 7))]
     name = "float32"
-    arrays = to_backend(case, probe, name)
+    inputs = [to_backend(case, p, name) for p in probes]
+    # the axes that follow the sequence length (5, then 7) are marked on both calls' inputs
+    dynamic = False
+    for key, a in inputs[0].items():
+        b = inputs[1][key]
+        if len(a.shape) == len(b.shape):
+            for axis, (m, n) in enumerate(zip(a.shape, b.shape, strict=True)):
+                if m != n and case.backend.mark_dynamic(a, axis):
+                    dynamic = case.backend.mark_dynamic(b, axis)
+    if not dynamic:  # (static sizes: a second length would only be traced again)
+        del probes[1:], inputs[1:]
     enc = case.encoder
     params = None
     if enc.learned:
         params = case_params(case, enc, name, None)
+    probe = probes[0]
 
     def fn(arrays: dict[str, Any], params: Any) -> Any:
         return invoke(case, probe, dtype=name, arrays=arrays, params=params)
 
-    compiled = case.backend.jit(fn)
+    compiled = case.backend.jit(fn, dynamic=True) if dynamic else case.backend.jit(fn)
     assert compiled is not None
-    try:
-        got, faults = run_compiled(lambda: compiled(arrays, params))
-    except Exception as exc:
-        raise CheckFailure(
-            f"{case.backend.name} jit raised {type(exc).__name__}: {str(exc)[:500]}, but should "
-            f"compile"
-        ) from exc
-    reissue(faults)  # the caller's filters judge them; a compiler's notice is not passed on
-    want = case.to_numpy(fn(arrays, params))
-    got_np = case.to_numpy(got)
-    tol = case.tolerance(name, steps=64, scale=max(1.0, float(abs(want).max())))
-    if got_np.shape != want.shape or _max_err(got_np, want) > tol:
-        pos = {k: v.ravel()[:6].tolist() for k, v in probe.args.items()
-               if k not in probe.float_args}
-        raise CheckFailure(f"jit result differs from eager at the same positions {pos} by "
-                           f"{_max_err(got_np, want):.3g}, but should be <= {tol:.3g} (values "
-                           f"kept from an earlier call or from tracing: see "
-                           f"check_fresh_positions)")
+    how = " with the sequence axes dynamic" if dynamic else ""
+    for probe, arrays in zip(probes, inputs, strict=True):
+        try:
+            got, faults = run_compiled(lambda: compiled(arrays, params))  # noqa: B023
+        except Exception as exc:
+            raise CheckFailure(
+                f"{case.backend.name} jit{how} raised {type(exc).__name__}: {str(exc)[:500]}, "
+                f"but should compile"
+            ) from exc
+        reissue(faults)  # the caller's filters judge them; a compiler's notice is not passed on
+        want = case.to_numpy(fn(arrays, params))
+        got_np = case.to_numpy(got)
+        tol = case.tolerance(name, steps=64, scale=max(1.0, float(abs(want).max())))
+        if got_np.shape != want.shape or _max_err(got_np, want) > tol:
+            pos = {k: v.ravel()[:6].tolist() for k, v in probe.args.items()
+                   if k not in probe.float_args}
+            raise CheckFailure(f"jit{how} result differs from eager at the same positions {pos} "
+                               f"by {_max_err(got_np, want):.3g}, but should be <= {tol:.3g} "
+                               f"(values kept from an earlier call or from tracing: see "
+                               f"check_fresh_positions)")
 
 
 @check(requires={"continuous"})
