@@ -418,3 +418,38 @@ def test_torch_jit_trace_records_the_rotation() -> None:
                 warnings.simplefilter("ignore")  # and warns of Python values it records)
                 traced = torch.jit.trace(fn, (x,), check_trace=False)
             assert torch.equal(traced(x2), fn(x2))
+
+
+_C, _S, _X = (np.ones((3, 4)), np.zeros((3, 4)), np.ones((3, 8)))
+_NONE_CALLS = {
+    "rotate_half": (lambda: rope.rotate_half(None), "x"),
+    "rotate_every_two": (lambda: rope.rotate_every_two(None), "x"),
+    "full_width": (lambda: rope.full_width(None), "half"),
+    "half_width": (lambda: rope.half_width(None), "full"),
+    "rotate_half_layout": (lambda: rope.rotate_half_layout(None, _C, _S, xp=np), "x"),
+    "rotate_interleaved_layout": (lambda: rope.rotate_interleaved_layout(_X, _C, None, xp=np),
+                                  "sin"),
+    "apply_rotation": (lambda: rope.apply_rotation(None, _C, _S), "x"),
+    "apply_rotation(cos=None)": (lambda: rope.apply_rotation(_X, None, _S), "cos"),
+    "apply_rotation(rotary_dim=, cdt=, xp=)": (
+        lambda: rope.apply_rotation(None, _C, _S, rotary_dim=8, interleaved=False,
+                                    cdt=np.float64, xp=np), "x"),
+    "apply_rotary": (lambda: rope.apply_rotary(None, _C, _S), "x"),
+    "apply_rotary(cos=None)": (lambda: rope.apply_rotary(_X, None, _S), "cos"),
+    "RotaryTables(sin=None)": (lambda: rope.RotaryTables(_C, None), "sin"),
+    "RotaryTables.rotate": (lambda: rope.RotaryTables(_C, _S).rotate(None), "x"),
+    "rotate_features": (lambda: rope.rotate_features(None, _C, _S, rotary_dim=8,
+                                                     interleaved=False, last=True,
+                                                     cdt=np.float64, xp=np), "x"),
+}
+
+
+@pytest.mark.parametrize("name", list(_NONE_CALLS))
+def test_rotation_functions_refuse_none_naming_the_argument(name: str) -> None:
+    """Issue 42: ``None`` for an array argument of peregistry.rope's functions (docs/rotary.md)
+    is a TypeError naming the function, the argument and what it must be, not a raw
+    AttributeError from inside."""
+    call, arg = _NONE_CALLS[name]
+    owner = name.split("(")[0].split(".")[0]
+    with pytest.raises(TypeError, match=rf"^{owner}: {arg} must be an array.*got None"):
+        call()

@@ -22,7 +22,7 @@ from ..backends._base import Backend
 from ._declaration import KINDS, check_defaults, guard_overrides
 from ._examples import Examples
 from ._params import Params
-from .context import Ctx, check_positions, make_context, params_dtype, resolve_dtype
+from .context import Ctx, check_positions, devices_differ, hook_arguments, make_context, params_dtype, resolve_dtype
 from .pairs import check_param_arrays, pair_inputs
 
 if TYPE_CHECKING:
@@ -294,17 +294,23 @@ class Encoder(Examples, Params):
         whose class declares ``_compile_hook_eagerly`` runs as one compiled program per shape,
         with the bits of running it op by op (:mod:`peregistry._jax_eager`)."""
         xp = ctx.xp
-        if getattr(xp, "__name__", None) in _JAX_NAMES and (
-                dtype is _NO_DTYPE or dtype in (xp.float32, xp.float64)):
-            from .._jax_eager import compiled_hook
+        try:
+            if getattr(xp, "__name__", None) in _JAX_NAMES and (
+                    dtype is _NO_DTYPE or dtype in (xp.float32, xp.float64)):
+                from .._jax_eager import compiled_hook
 
-            static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
-            out = compiled_hook(self, hook, arrays, {"params": dict(params)}, **static)
-            if out is not None:
-                return out
-        if dtype is _NO_DTYPE:
-            return getattr(self, hook)(*arrays, params=params, ctx=ctx)
-        return getattr(self, hook)(*arrays, params=params, ctx=ctx, dtype=dtype)
+                static = {} if dtype is _NO_DTYPE else {"dtype": dtype}
+                out = compiled_hook(self, hook, arrays, {"params": dict(params)}, **static)
+                if out is not None:
+                    return out
+            if dtype is _NO_DTYPE:
+                return getattr(self, hook)(*arrays, params=params, ctx=ctx)
+            return getattr(self, hook)(*arrays, params=params, ctx=ctx, dtype=dtype)
+        except Exception as exc:  # a framework's error for arrays on two devices names neither
+            err = devices_differ(self.name, ctx.backend, hook_arguments(hook, arrays, params))
+            if err is None:
+                raise
+            raise err from exc
 
     def _finish(self, out: Any, dtype: Any, ctx: Ctx, *, hook: str) -> Any:
         """The result of private hook ``hook`` cast once to ``dtype``, after checking that it is

@@ -7,7 +7,7 @@ Plugin hooks receive the :class:`Ctx`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._services import current_services
@@ -17,7 +17,12 @@ if TYPE_CHECKING:
     from .._services import Services
     from ..backends._base import Backend
 
-__all__ = ["Ctx", "check_positions", "make_context", "params_dtype", "resolve_dtype"]
+__all__ = ["Ctx", "check_positions", "compute_float", "devices_differ", "hook_arguments",
+           "make_context", "params_dtype", "resolve_dtype"]
+
+#: The public arguments the arrays of each kind's hook come from (for error messages).
+_HOOK_ARGUMENTS = {"_encode": ("positions",), "_bias": ("q_positions", "k_positions"),
+                   "_embed": ("q_positions", "k_positions")}
 
 
 def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name: str | None,
@@ -37,6 +42,36 @@ def _mixed_backends(owner: str, first: str | None, first_backend: Backend, name:
                      f"{backend.name} array")
     return TypeError(f"{owner}: inputs mix arrays of {first_backend.name} and {backend.name}"
                      f"{which}; {fix}")
+
+
+def devices_differ(owner: str, backend: Backend,
+                   named: Iterable[tuple[str, Any]]) -> ValueError | None:
+    """The error for arrays of ``backend`` on two devices, naming the first two that differ and
+    their devices (as :func:`_mixed_backends` names two frameworks); None if they share one.
+    Asked once a computation has failed (the framework's own message names no argument), never
+    on the way of a call that works."""
+    first: tuple[str, Any] | None = None
+    for name, a in named:
+        if a is None or isinstance(a, int | float) or not backend.owns(a):
+            continue
+        try:
+            device = backend.device(a)
+        except Exception:  # (an array without one device: sharded, traced)
+            continue
+        if first is None:
+            first = (name, device)
+        elif device != first[1]:
+            return ValueError(f"{owner}: inputs are on two devices: {first[0]} on {first[1]}, "
+                              f"{name} on {device}; put every array of a call on one device")
+    return None
+
+
+def hook_arguments(hook: str, arrays: tuple[Any, ...],
+                   params: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(argument name, array)`` of a hook's arrays and params, for :func:`devices_differ`."""
+    names = _HOOK_ARGUMENTS.get(hook, ())
+    return [*((names[i] if i < len(names) else f"argument {i}", a) for i, a in enumerate(arrays)),
+            *((f"params[{k!r}]", v) for k, v in params.items())]
 
 
 def make_context(owner: str, arrays: tuple[Any, ...], *, services: Services | None = None,
@@ -131,6 +166,16 @@ def params_dtype(params: Mapping[str, Any], ctx: Ctx) -> Any:
     dtypes = {v.dtype for v in params.values()}
     dt = dtypes.pop() if len(dtypes) == 1 else ctx.xp.result_type(*dtypes)
     return dt if ctx.backend.is_float_dtype(dt) else ctx.backend.default_float_dtype(ctx.device)
+
+
+def compute_float(dtype: Any, xp: Any) -> Any:
+    """The dtype a computation for real floating ``dtype`` runs in: ``dtype`` itself if it is
+    float32 or float64, else the namespace's float64 or float32 of its size (a NumPy ``>f8`` on
+    a little-endian machine is float64: dtypes are compared by size, as equality fails across
+    byte orders), else float32 (bfloat16, float16: arithmetic never runs in half precision)."""
+    if dtype in (xp.float32, xp.float64):
+        return dtype
+    return xp.float64 if xp.finfo(dtype).bits == 64 else xp.float32
 
 
 def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .context import compute_float
+
 if TYPE_CHECKING:
     from .base import Ctx, Encoder
 
@@ -101,6 +103,6 @@ def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:
 
 def compute_dtype(out_dtype: Any, ctx: Ctx) -> Any:
     """``out_dtype`` if it is float32 or wider, else float32: arithmetic never runs in half
-    precision, and a float32 result is computed in float32 (one rounding per operation)."""
-    xp = ctx.xp
-    return out_dtype if out_dtype in (xp.float32, xp.float64) else xp.float32
+    precision, and a float32 result is computed in float32 (one rounding per operation);
+    another byte order's float64 in the native float64 (:func:`.context.compute_float`)."""
+    return compute_float(out_dtype, ctx.xp)

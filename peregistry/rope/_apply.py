@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._delegation as _delegation
 
-from ._funcs import Layout, broadcasts_into, check_layout
+from ..encoders.context import compute_float
+from ._funcs import Layout, broadcasts_into, check_arrays, check_layout
 
 if TYPE_CHECKING:
     from ..encoders.base import Ctx
@@ -33,7 +34,11 @@ def rotate_features(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved:
     last ones (``last=True``, DeepSeek-V4's ``apply_rotary_pos_emb`` on ``x[..., -rd:]``); the
     others pass through. Through the framework dispatch; ``native=False`` forces the generic
     rotation."""
-    dim = x.shape[-1]
+    try:
+        dim = x.shape[-1]
+    except AttributeError:
+        check_arrays("rotate_features", x=x, cos=cos, sin=sin)
+        raise
     if not last or rotary_dim >= dim:
         return _delegation.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
                                   cdt=cdt, xp=xp, native=native)
@@ -77,7 +82,9 @@ class RotaryTables:
         if ctx is None:
             from ..encoders.context import make_context
 
-            ctx, (cos, sin) = make_context(owner, (cos, sin))
+            if cos is None or sin is None:  # (make_context skips None: an optional argument)
+                check_arrays(owner, cos=cos, sin=sin)
+            ctx, (cos, sin) = make_context(owner, (cos, sin), names=("cos", "sin"))
         if tuple(cos.shape) != tuple(sin.shape) or cos.dtype != sin.dtype:
             raise ValueError(f"{owner}: cos and sin must have one shape and dtype, got "
                              f"{tuple(cos.shape)} {cos.dtype} and {tuple(sin.shape)} {sin.dtype}")
@@ -123,8 +130,9 @@ class RotaryTables:
         ctx = self._ctx
         xp = ctx.xp
         if not ctx.backend.owns(x):
+            got = "None" if x is None else f"{type(x).__module__}.{type(x).__qualname__}"
             raise TypeError(f"{self.owner}: x must be an array of {ctx.backend.name}, like the "
-                            f"tables; got {type(x).__module__}.{type(x).__qualname__}")
+                            f"tables; got {got}")
         if not ctx.backend.is_float_dtype(x.dtype):
             raise TypeError(f"{self.owner}: x must have a real floating dtype of "
                             f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
@@ -139,8 +147,9 @@ class RotaryTables:
         if not broadcasts_into(batch, shape[:-1]):
             raise ValueError(f"{self.owner}: tables of positions {batch} do not broadcast against "
                              f"x.shape[:-1]={shape[:-1]}")
-        # float32 and wider rotate in their own dtype, narrower ones in float32
-        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else xp.float32
+        # float32 and wider rotate in their own dtype (in the native byte order), narrower
+        # ones in float32
+        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else compute_float(x.dtype, xp)
         cos, sin = self.cos, self.sin
         if cdt != cos.dtype:  # the tables in the dtype the rotation runs in
             if self._float32 is not None and cdt == xp.float32:

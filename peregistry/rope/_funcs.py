@@ -49,6 +49,17 @@ def _namespace(xp: Any, *arrays: Any) -> Any:
     return array_namespace(*arrays)
 
 
+def check_arrays(owner: str, **arrays: Any) -> None:
+    """A ``TypeError`` naming the first of ``arrays`` (argument name → value) that is not an
+    array (``None``, a list, ...): called where using one failed, so that the error names the
+    argument instead of an attribute missing deep inside."""
+    for name, a in arrays.items():
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            got = "None" if a is None else f"{type(a).__module__}.{type(a).__qualname__}"
+            raise TypeError(f"{owner}: {name} must be an array (of any Array API namespace), "
+                            f"got {got}")
+
+
 def check_layout(layout: str) -> bool:
     """``True`` for ``"interleaved"``, ``False`` for ``"half"``; anything else is an error."""
     if layout not in LAYOUTS:
@@ -83,6 +94,7 @@ def full_width(half: Any, *, layout: Layout = "half", xp: Any = None) -> Any:
     """A half-width table ``(..., h)`` spread over the ``2h`` features of ``layout``: the shape
     of :meth:`RotaryEncoder.cos_sin <peregistry.RotaryEncoder.cos_sin>` and of Hugging Face's
     ``cos``/``sin``."""
+    check_arrays("full_width", half=half)
     xp = _namespace(xp, half)
     if check_layout(layout):
         # [c0 c1] -> [c0 c0 c1 c1]
@@ -94,6 +106,7 @@ def full_width(half: Any, *, layout: Layout = "half", xp: Any = None) -> Any:
 def half_width(full: Any, *, layout: Layout = "half") -> Any:
     """The inverse of :func:`full_width`: one entry per pair of a full-width table ``(..., 2h)``
     (a view where the namespace gives one)."""
+    check_arrays("half_width", full=full)
     h = full.shape[-1] // 2
     if check_layout(layout):
         # [c0 c0 c1 c1] -> [c0 c1]
@@ -105,6 +118,7 @@ def half_width(full: Any, *, layout: Layout = "half") -> Any:
 def rotate_half(x: Any, *, xp: Any = None) -> Any:
     """Hugging Face's ``rotate_half`` (GPT-NeoX, Llama): each pair ``(i, i + d/2)`` turned by a
     quarter, so that ``x·cos + rotate_half(x)·sin`` is the rotation with full-width tables."""
+    check_arrays("rotate_half", x=x)
     xp = _namespace(xp, x)
     h = x.shape[-1] // 2
     # x: [x0 x1 | x2 x3] -> [-x2 -x3 | x0 x1]
@@ -114,6 +128,7 @@ def rotate_half(x: Any, *, xp: Any = None) -> Any:
 def rotate_every_two(x: Any, *, xp: Any = None) -> Any:
     """GPT-J's ``rotate_every_two`` (RoFormer, FLUX): each pair ``(2i, 2i+1)`` turned by a
     quarter, the interleaved counterpart of :func:`rotate_half`."""
+    check_arrays("rotate_every_two", x=x)
     xp = _namespace(xp, x)
     # x: [x0 x1 x2 x3] -> [-x1 x0 -x3 x2]
     return xp.reshape(xp.stack((-x[..., 1::2], x[..., 0::2]), axis=-1), x.shape)
@@ -126,11 +141,15 @@ def rotate_half_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     it: one fused pass under XLA (1.1x a copy of ``x`` jitted, where the flip form of
     :func:`rotate_interleaved_layout` measured 1.2-1.3x and half slices with a concatenation
     2.3x)."""
-    h = x.shape[-1] // 2
-    # x: [x0 x1 | x2 x3] as (..., 2, h) -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, ...]
-    pairs = xp.reshape(x, (*x.shape[:-1], 2, h))
-    a, b = pairs[..., 0, :], pairs[..., 1, :]
-    out = xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-2)
+    try:
+        h = x.shape[-1] // 2
+        # x: [x0 x1 | x2 x3] as (..., 2, h) -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, ..]
+        pairs = xp.reshape(x, (*x.shape[:-1], 2, h))
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        out = xp.stack((a * cos - b * sin, b * cos + a * sin), axis=-2)
+    except (AttributeError, TypeError):  # (checked only then: this is the hot path)
+        check_arrays("rotate_half_layout", x=x, cos=cos, sin=sin)
+        raise
     return xp.reshape(out, (*out.shape[:-2], 2 * h))  # (tables may enlarge x's leading axes)
 
 
@@ -143,9 +162,14 @@ def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     those of ``(a·c - b·s, b·c + a·s)`` (``a + (-t) = a - t`` exactly), so are the bits (but
     the sign of a NaN, which tables from one angle never hold)."""
     # x: [x0 x1 x2 x3] as (..., h, 2) -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, ...]
-    pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))
-    c, s = xp.expand_dims(cos, axis=-1), xp.expand_dims(sin, axis=-1)
-    out = pairs * xp.concat((c, c), axis=-1) + xp.flip(pairs, axis=-1) * xp.concat((-s, s), axis=-1)
+    try:
+        pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))
+        c, s = xp.expand_dims(cos, axis=-1), xp.expand_dims(sin, axis=-1)
+        out = (pairs * xp.concat((c, c), axis=-1)
+               + xp.flip(pairs, axis=-1) * xp.concat((-s, s), axis=-1))
+    except (AttributeError, TypeError):  # (checked only then: this is the hot path)
+        check_arrays("rotate_interleaved_layout", x=x, cos=cos, sin=sin)
+        raise
     return xp.reshape(out, (*out.shape[:-2], x.shape[-1]))
 
 
@@ -181,10 +205,7 @@ def apply_rotation(x: Any, cos: Any, sin: Any, *, layout: Layout | None = None,
         raise ValueError(f"apply_rotation: layout={layout!r} and interleaved={interleaved!r} "
                          f"disagree; pass one of them")
     if cdt is None or xp is None or rotary_dim is None:
-        for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-            if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-                raise TypeError(f"apply_rotation: {name} must be an array, got "
-                                f"{type(a).__name__}")
+        check_arrays("apply_rotation", x=x, cos=cos, sin=sin)
         xp = _namespace(xp, x, cos, sin)
         cdt = cos.dtype if cdt is None else cdt
         rotary_dim = 2 * cos.shape[-1] if rotary_dim is None else rotary_dim
@@ -192,7 +213,11 @@ def apply_rotation(x: Any, cos: Any, sin: Any, *, layout: Layout | None = None,
             raise ValueError(f"apply_rotation: x.shape={tuple(x.shape)} and cos.shape="
                              f"{tuple(cos.shape)} with rotary_dim={rotary_dim}: expected an even "
                              f"rotary_dim <= x.shape[-1] and tables of rotary_dim/2 entries")
-    dim = x.shape[-1]
+    try:
+        dim = x.shape[-1]
+    except AttributeError:  # (all given: checked only then)
+        check_arrays("apply_rotation", x=x, cos=cos, sin=sin)
+        raise
     xc = x if x.dtype == cdt else xp.astype(x, cdt)
     xr = xc[..., :rotary_dim] if rotary_dim < dim else xc
     rotate = rotate_interleaved_layout if interleaved else rotate_half_layout
@@ -207,4 +232,6 @@ def broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """True if ``shape`` broadcasts to exactly ``target`` (never enlarging it)."""
     if len(shape) > len(target):
         return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+    # (s == 1 or s == t, not s in (1, t): TorchDynamo decides that one wrongly for two sizes
+    # of distinct symbols under torch.compile(dynamic=True))
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target), strict=False))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import peregistry.rope._delegation as _delegation
 
 from ..encoders.base import Encoder
-from ..encoders.context import Ctx, resolve_dtype
+from ..encoders.context import Ctx, compute_float, devices_differ, resolve_dtype
 from . import _temperature
 from ._apply import RotaryTables, rotate_features
 from ._funcs import Layout, broadcasts_into
@@ -260,16 +260,24 @@ class RotaryEncoder(Encoder):
                 seq_len: int | None, native: bool) -> Any:
         """:meth:`rotate`; ``native=False`` forces the generic Array API rotation (the
         reference the conformance suite compares framework fast paths with)."""
-        call = self._rotate_call(x, positions, offset, params, seq_len)
-        cos, sin = self._rotation_tables(call)
-        spec = self._rotation
-        if not spec.last:
-            return _delegation.rotate(call.x, cos, sin, rotary_dim=spec.rotary_dim,
-                                      interleaved=spec.interleaved, cdt=call.cdt,
-                                      xp=call.ctx.xp, native=native, eager=not call.tracing)
-        return rotate_features(call.x, cos, sin, rotary_dim=spec.rotary_dim,
-                               interleaved=spec.interleaved, last=True, cdt=call.cdt,
-                               xp=call.ctx.xp, native=native)
+        try:
+            call = self._rotate_call(x, positions, offset, params, seq_len)
+            cos, sin = self._rotation_tables(call)
+            spec = self._rotation
+            if not spec.last:
+                return _delegation.rotate(call.x, cos, sin, rotary_dim=spec.rotary_dim,
+                                          interleaved=spec.interleaved, cdt=call.cdt,
+                                          xp=call.ctx.xp, native=native, eager=not call.tracing)
+            return rotate_features(call.x, cos, sin, rotary_dim=spec.rotary_dim,
+                                   interleaved=spec.interleaved, last=True, cdt=call.cdt,
+                                   xp=call.ctx.xp, native=native)
+        except Exception as exc:  # a framework's error for arrays on two devices names neither
+            backend = self._services.backend_of(x)
+            err = None if backend is None else devices_differ(self.name, backend, (
+                ("x", x), ("positions", positions), ("offset", offset)))
+            if err is None:
+                raise
+            raise err from exc
 
     def _rotate_call(self, x: Any, positions: Any, offset: Any,
                      params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
@@ -302,8 +310,9 @@ class RotaryEncoder(Encoder):
         for a in (positions, offset_arr):
             if a is not None and not tracing:
                 tracing = ctx.backend.is_tracing(a)
-        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end.
-        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else xp.float32
+        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end
+        # (a float64 of another byte order, NumPy's >f8, in the native float64: compute_float).
+        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else compute_float(x.dtype, xp)
         if positions is None:
             if len(xshape) < 2:
                 raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
