@@ -7,7 +7,8 @@ paths never leak into the generic layer or into the backend adapters, which only
 standard lacks.
 
 * :func:`rotate` — the rotation: the rotation kernels of plugins (:mod:`._kernels`), torch's
-  blocked / functional / DTensor paths (:mod:`._torch`), else :func:`._funcs.apply_rotation`.
+  blocked / functional / DTensor paths (:mod:`._torch`), NumPy's ufuncs writing into one output
+  (:mod:`._numpy`), else :func:`._funcs.apply_rotation`.
 * :func:`half_cos_sin` — a subclass's tables: on eager JAX, its hook compiled as one XLA
   program per shape (:mod:`peregistry._jax_eager`) instead of one per operation.
 * :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
@@ -19,7 +20,7 @@ standard lacks.
 * :func:`take_last` — a gather along the last axis (M-RoPE's position of each pair).
 * :func:`clip_int` — ``clip`` of an integer array by Python ints (the pair kinds' distances).
 
-:mod:`._torch` and :mod:`._jax` import their framework only inside their
+:mod:`._torch`, :mod:`._numpy` and :mod:`._jax` import their framework only inside their
 functions, so that importing the engine imports no framework.
 """
 
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._jax as _jax
 import peregistry.rope._kernels as _kernels
+import peregistry.rope._numpy as _numpy
 import peregistry.rope._torch as _torch
 
 from .._jax_eager import is_jax_namespace as _is_jax
@@ -92,6 +94,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
     if native and name in _TORCH_NAMES:
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
                              eager=eager)
+    if native and name in _NUMPY_NAMES:
+        out = _numpy.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt)
+        if out is not None:
+            return out
     if (_is_jax(xp) and cdt in (xp.float32, xp.float64)
             and not any(_is_tracer(a) for a in (x, cos, sin))):
         # Eager: one program per shape instead of one per operation, with the same bits. The
