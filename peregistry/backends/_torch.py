@@ -174,7 +174,7 @@ class TorchBackend(Backend):
             return True  # (before the global is read: see _probe_cpu)
         probe = _probe or bind_probe()
         # torch.jit.trace too: values read there would be baked into the trace as constants
-        if probe.tracing_state() is not None:
+        if probe.jit_tracing():
             return True
         if type(x) is probe.tensor and probe.transforms() is None:
             return False  # eager, outside torch.func transforms: no wrapper (the common case)
@@ -217,13 +217,13 @@ class _Probes:
     """The torch functions :meth:`TorchBackend.is_tracing` asks on every call, looked up once,
     and the CPU device :meth:`TorchBackend.wide_float_dtype` compares with."""
 
-    __slots__ = ("compiling", "cpu", "tensor", "tracing_state", "transforms")
+    __slots__ = ("compiling", "cpu", "jit_tracing", "tensor", "transforms")
 
     def __init__(self) -> None:
         torch = sys.modules["torch"]
         self.cpu = torch.device("cpu")
         self.compiling = torch.compiler.is_compiling
-        self.tracing_state = torch._C._get_tracing_state
+        self.jit_tracing = torch.jit.is_tracing
         self.transforms = torch._C._functorch.peek_interpreter_stack
         self.tensor = torch.Tensor
 

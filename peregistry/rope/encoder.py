@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 import peregistry.rope._delegation as _delegation
+import peregistry.rope._kernels as _kernels
 
 from ..encoders.base import Encoder
 from ..encoders.context import Ctx, compute_float, devices_differ, resolve_dtype
@@ -119,6 +120,8 @@ class RotaryEncoder(Encoder):
         super().__init__(**options)
         object.__setattr__(self, "_rotation", Rotation(
             self._head_dim(), self._rotary_dim(), self._interleaved(), self._rotary_last()))
+        if _kernels.ACTIVE is None:  # read now, eagerly: not first inside a compiled region
+            _kernels.active()
 
     # -- what a subclass may override ----------------------------------------------------------
     def _head_dim(self) -> int:
