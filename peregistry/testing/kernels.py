@@ -258,8 +258,8 @@ def _strided(backend: Any, rng: Any) -> Iterator[tuple[str, Any, Any, Any]]:
     wide = backend.from_numpy(rng.standard_normal((4, 12, 32)).astype(np.float32))
     yield "stepped x", wide[:, ::2, ::2], cos, sin
     yield "zero-stride x", xp.broadcast_to(base[:1, :, :1, :], (3, 6, 4, 16))[:, :, 0, :], cos, sin
-    yield "zero-stride tables", base[:, :, 0, :], xp.broadcast_to(cos[:1], (6, 8)), \
-        xp.broadcast_to(sin[:1], (6, 8))
+    yield "zero-stride tables", base[:, :, 0, :], xp.broadcast_to(cos[:1, :], (6, 8)), \
+        xp.broadcast_to(sin[:1, :], (6, 8))
     yield "stepped tables", base[:, :, 0, :], \
         backend.from_numpy(np.repeat(c, 2, axis=-1).astype(np.float32))[:, ::2], \
         backend.from_numpy(np.repeat(s, 2, axis=-1).astype(np.float32))[:, ::2]
