@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+import peregistry as per
+
 PLUGINS = Path(__file__).parent / "plugins"
 ALL = ["good", "bad-import", "hook-raises", "non-encoder", "claims-builtin", "fails-suite"]
 SWITCHES = ("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "PEREGISTRY_LOAD_PLUGINS",
@@ -99,7 +101,7 @@ def test_list_shows_each_broken_plugin_with_its_error_and_the_rest_working(site:
         in text
     assert "not an Encoder subclass" in text and "pe-non-encoder" in text
     assert "conflict" in line_of(text, "sinusoidal")
-    assert "peregistry 0.1.0 and pe-claims-builtin 1.0" in text
+    assert f"peregistry {per.__version__} and pe-claims-builtin 1.0" in text
 
 
 # -- get_encoder in a fresh process -----------------------------------------------------------------
@@ -122,7 +124,7 @@ def test_get_encoder_serves_the_good_and_names_the_broken(site: Path) -> None:
     assert "good-sin (3, 4)" in text
     assert "rotary (2, 8)" in text
     conflict = line_of(text, "sinusoidal PluginConflictError")
-    assert "peregistry 0.1.0 and pe-claims-builtin 1.0" in conflict
+    assert f"peregistry {per.__version__} and pe-claims-builtin 1.0" in conflict
     missing = line_of(text, "not-an-encoder EncoderNotFoundError")
     for dist in ("pe-bad-import 1.0", "pe-hook-raises 1.0", "pe-non-encoder 1.0"):
         assert dist in missing  # the failed plugins are named with their causes
