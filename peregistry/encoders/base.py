@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._options import Option, freeze, thaw
 from .._services import _current as _building
 from .._services import current_services, use_services
-from ..backends._base import Backend
 from ._declaration import KINDS, check_defaults, guard_overrides
 from ._examples import Examples
 from ._params import Params
 from .context import Ctx, check_positions, devices_differ, hook_arguments, make_context, params_dtype, resolve_dtype
-from .pairs import check_param_arrays, pair_inputs
+from .pairs import pair_inputs
 
 if TYPE_CHECKING:
     from .._services import Services
@@ -204,45 +203,6 @@ class Encoder(Examples, Params):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
         return self.replace()
-
-    def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
-        """The params of a call, checked: a dict with the keys and shapes of
-        :meth:`param_shapes` whose values are arrays of the inputs' backend (of a real floating
-        dtype, for :class:`LearnedParams`); ``{}`` for an encoder without learned params."""
-        if params is None and type(self).param_shapes is Encoder.param_shapes:
-            return {}  # (no learned params: nothing to check)
-        shapes = self.param_shapes()
-        if not shapes:
-            if params is not None:
-                raise TypeError(f"{self.name} has no learned parameters; got params={params!r}")
-            return {}
-        if params is None:
-            raise TypeError(f"{self.name} needs params (from enc.init(xp)); got None")
-        if not isinstance(params, Mapping):
-            raise TypeError(f"{self.name}: params must be a dict of arrays, got "
-                            f"{type(params).__name__}")
-        check_param_arrays(self.name, params)  # (each an array, before its shape is read)
-        if params.keys() != shapes.keys():
-            raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
-                             f"{sorted(params)}")
-        for key, shape in shapes.items():
-            v = params[key]
-            got = tuple(v.shape)
-            if got != shape:
-                raise ValueError(f"{self.name}: params[{key!r}].shape={got}, but should be {shape}")
-            b = self._services.backend_of(v)
-            if b is not ctx.backend:
-                raise TypeError(
-                    f"{self.name}: params[{key!r}] is a "
-                    f"{b.name if b is not None else type(v).__qualname__} array but the "
-                    f"positions are {ctx.backend.name}; pass positions and params of one "
-                    f"framework (peregistry.convert(params, xp) moves params)")
-            if self._params_real_floating and not ctx.backend.is_float_dtype(v.dtype):
-                raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
-                                f"dtype, got {v.dtype}")
-        if type(ctx.backend).prepare_params is Backend.prepare_params:
-            return params  # (the base adapter's is the identity)
-        return ctx.backend.prepare_params(params)
 
     # -- shared helpers for the public methods -------------------------------------------------
     def _context(self, *arrays: Any, names: tuple[str, ...] | Callable[[], tuple[str, ...]] | None

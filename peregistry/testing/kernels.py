@@ -172,11 +172,8 @@ def _dtype_pairs(backend: Any) -> list[tuple[str, str]]:
 
 
 def _jax_x64(backend: Any) -> bool:
-    if backend.name != "jax":
-        return False
-    import jax
-
-    return bool(jax.config.read("jax_enable_x64"))
+    """JAX with x64 enabled (its widest float is then float64)."""
+    return backend.name == "jax" and str(backend.wide_float_dtype()).endswith("float64")
 
 
 def _array(backend: Any, a: Any, dtype: str) -> Any:
