@@ -142,3 +142,19 @@ def test_encoder_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
         _same_bits(got, enc.rotate(x, offset=3))  # type: ignore[attr-defined]
         monkeypatch.setattr(fast, "rotate", real)
         calls.clear()
+
+
+@pytest.mark.parametrize("nan_table", [False, True])
+def test_blocked_special_values(nan_table: bool) -> None:
+    """The blocked half layout pairs halves as ``a·c + b·(-s)``: the generic ``a·c - b·s`` to the
+    bit with NaN, inf, -0.0 and denormals in ``x``; a table holding a NaN takes the other form."""
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 3.4e38,
+                         1.0], dtype=np.float32)
+    shape = (1, 2, 2 * fast.BLOCK_ELEMENTS // 64 + 3, 64)
+    x = np.random.default_rng(13).choice(specials, size=shape).astype(np.float32)
+    cos, sin = _tables((shape[-2], 32), np.float32, 14)
+    cos[0, 0], sin[1, 1] = -0.0, -0.0
+    if nan_table:
+        sin[2, 3] = -np.nan
+    with np.errstate(all="ignore"):
+        _check(x, cos, sin, 64, False)
