@@ -28,9 +28,22 @@ def test_bench_quick_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert row[-1].endswith("x") and row[-2].endswith("x")    # two ratios
     float(row[-1][:-1])
     float(row[-2][:-1])
-    assert "ratios of medians" in lines[-2]
-    assert lines[-1].startswith("rotation kernels: ")
+    assert "ratios of medians" in lines[-3]
+    assert lines[-2].startswith("rotation kernels: ")
+    assert lines[-1].startswith("threads: ") and "NumPy 1" in lines[-1]
     assert err == ""            # no progress bar: stderr is not a terminal
+
+
+def test_bench_threads_set_on_purpose(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--threads N``: every timed call runs on N threads, and the output says so."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # (restored after the test)
+    code = main(["bench", "sinusoidal", "--backend", "numpy", "--quick", "--reps", "2",
+                 "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "OMP_NUM_THREADS=1" in out.splitlines()[-1]
+    assert main(["bench", "sinusoidal", "--backend", "numpy", "--threads", "0"]) == 2
 
 
 def test_bench_unknown_encoder(capsys: pytest.CaptureFixture[str]) -> None:

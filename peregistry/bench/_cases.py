@@ -31,6 +31,7 @@ from ._hand import (
     hand_t5,
     hand_transformer_xl,
     hand_xpos,
+    hf_apply_rotary,
 )
 
 if TYPE_CHECKING:
@@ -154,6 +155,21 @@ def _bench_rope(name: str, hand: Callable[[Any, Any], Any],
                       lambda v: hand(b.xp, v), (x,), f"{n}x{h}x{s}x{d} f32")
 
     return bench
+
+
+def _bench_rotary_hf_apply(b: Bench, quick: bool) -> Case:
+    """A prefill's rotation of ``x`` against Hugging Face's own rotation with its tables made
+    beforehand (:func:`hf_apply_rotary`: the tables out of the timing, as a model reuses them in
+    every layer); ours rotates with the tables its store keeps (made by the first call)."""
+    import peregistry as per
+
+    n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
+    enc = per.get_encoder("rotary", dim=d)
+    x = b.randn((n, h, s, d))
+    cos, sin = enc.cos_sin(b.arange(s), dtype=b.float32)  # type: ignore[attr-defined]
+    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
+                  lambda v, c, si: hf_apply_rotary(b.xp, v, c, si), (x,),
+                  f"{n}x{h}x{s}x{d} f32, tables made", hand_args=(x, cos, sin))
 
 
 def _bench_rotary_decode(b: Bench, quick: bool) -> Case:
@@ -361,6 +377,7 @@ BENCHMARKS: dict[str, Callable[[Bench, bool], Case]] = {
     "sinusoidal": _bench_sinusoidal,
     "rotary": _bench_rope("rotary", hand_rotary),
     "rotary-interleaved": _bench_rope("rotary", hand_rotary_interleaved, layout="interleaved"),
+    "rotary-hf-apply": _bench_rotary_hf_apply,
     "rotary-decode": _bench_rotary_decode,
     "alibi": _bench_alibi,
     "kerple": _bench_kerple,

@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["hand_alibi", "hand_fope", "hand_learned", "hand_learned_2d", "hand_mrope",
            "hand_rotary", "hand_rotary_decode", "hand_shaw", "hand_sinusoidal", "hand_t5",
-           "hand_transformer_xl", "hand_xpos"]
+           "hand_transformer_xl", "hand_xpos", "hf_apply_rotary"]
 
 
 def hand_sinusoidal(xp: Any, pos: Any, dim: int, base: float = 10000.0) -> Any:
@@ -35,6 +35,15 @@ def hand_rotary(xp: Any, x: Any, theta: float = 10000.0) -> Any:
     cos, sin = xp.cos(emb), xp.sin(emb)
     half = dim // 2
     rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)
+    return x * cos + rotated * sin
+
+
+def hf_apply_rotary(xp: Any, x: Any, cos: Any, sin: Any) -> Any:
+    """Hugging Face's own rotation (``modeling_llama.apply_rotary_pos_emb`` for one tensor):
+    ``x·cos + rotate_half(x)·sin`` with full-width tables ``(seq, dim)`` made beforehand, as a
+    model makes them once per forward (``position_embeddings``) and reuses in every layer."""
+    half = x.shape[-1] // 2
+    rotated = xp.concat((-x[..., half:], x[..., :half]), axis=-1)  # rotate_half
     return x * cos + rotated * sin
 
 

@@ -11,6 +11,8 @@ from ._core import Command, UsageError, comma_list, int_at_most
 #: The most timed repetitions: each keeps its timings, and 10**4 already takes hours on the
 #: large cases.
 MAX_REPS = 10_000
+#: The most threads ``--threads`` sets (a typo such as 40000 is an error, not a hang).
+MAX_THREADS = 1024
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +24,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="small shapes and few repetitions (a smoke test)")
     parser.add_argument("--reps", type=int_at_most(MAX_REPS), metavar="N",
                         help=f"timed repetitions (default 25, --quick 5; at most {MAX_REPS:,})")
+    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N",
+                        help="threads for every timed call, ours, hand-written and copy alike: "
+                             "torch.set_num_threads(N) and OMP_NUM_THREADS=N (which rotation "
+                             "kernels follow); default: as the process starts")
     parser.add_argument("--progress", action="store_true",
                         help="draw the progress bar on stderr even when it is not a terminal")
 
@@ -30,6 +36,8 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
     from ..bench import format_bench_table, run_bench, stderr_if_tty
 
+    if args.threads is not None:
+        set_threads(args.threads)
     try:
         rows = run_bench(args.names or None, comma_list(args.backend) or None, quick=args.quick,
                          reps=args.reps, progress=stderr_if_tty(args.progress))
@@ -42,11 +50,22 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     return 0
 
 
-def kernels_line() -> str:
-    """What ran the rotations: each rotation kernel plugin with its status (and, where the
-    kernel says, its instruction set and thread count), and torch's intra-op threads."""
+def set_threads(n: int) -> None:
+    """Run every timed call on ``n`` threads, on purpose: a ratio compares two calls only if both
+    had the same cores. ``OMP_NUM_THREADS`` is read by torch when it is imported and by rotation
+    kernels at each call (the C kernel's NumPy path); a torch already imported is told directly."""
+    import os
     import sys
 
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def kernels_line() -> str:
+    """What ran the rotations: each rotation kernel plugin with its status (and, where the
+    kernel says, its instruction set and thread count), then :func:`threads_line`."""
     from ..rope import kernels
 
     parts = []
@@ -60,10 +79,29 @@ def kernels_line() -> str:
         parts.append(f"{k.name} ({k.plugin.label}: {', '.join(detail)})")
     line = "rotation kernels: " + ("; ".join(parts) if parts else
                                    "none installed (the core's own paths ran)")
+    return line + "\n" + threads_line()
+
+
+def threads_line() -> str:
+    """How many threads the timed calls ran on, framework by framework: the same for ours, the
+    hand-written code and the copy, except where a kernel says otherwise."""
+    import os
+    import sys
+
+    parts = []
     torch = sys.modules.get("torch")
     if torch is not None:
-        line += f"; torch threads: {torch.get_num_threads()}"
-    return line
+        parts.append(f"torch {torch.get_num_threads()} (ours, hand-written and clone alike)")
+    if "numpy" in sys.modules:
+        parts.append("NumPy 1 (its own functions: the core's rotation, the hand-written code and "
+                     "the copy; a rotation kernel's own count is in its line above)")
+    if "jax" in sys.modules:
+        parts.append("JAX: XLA's own CPU pool (ours, hand-written and copy alike)")
+    env = os.environ.get("OMP_NUM_THREADS")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    tail = f"; OMP_NUM_THREADS={env}" if env else "; OMP_NUM_THREADS unset"
+    tail += f"; {os.cpu_count()} CPUs" + (f", load average {load:.2f}" if load is not None else "")
+    return "threads: " + ("; ".join(parts) if parts else "no framework imported") + tail
 
 
 COMMAND = Command(
