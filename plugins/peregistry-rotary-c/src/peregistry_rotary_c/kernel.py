@@ -93,6 +93,16 @@ class CRotationKernel:
         """``"active"``, or why not: ``"not built (...)"``, ``"off (PEREGISTRY_NATIVE=0)"``."""
         return kernel_status()
 
+    def threads(self) -> str:
+        """The threads a large rotation runs on (``peregistry bench`` prints it): NumPy arrays
+        on :func:`numpy_threads`, torch tensors on ``torch.get_num_threads()`` (read at each
+        call; a small one runs on one)."""
+        text = f"NumPy {numpy_threads()}"
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            text += f", torch {torch.get_num_threads()}"
+        return text
+
     def rotate(self, x: Any, cos: Any, sin: Any, *, layout: str) -> Any | None:
         """``x`` ``(..., seq, R)`` rotated by ``cos``, ``sin`` ``(..., seq, R/2)``: a new array of
         ``x``'s shape, dtype, namespace and device, bit for bit the generic rotation, or None
