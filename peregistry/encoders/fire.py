@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
-from .base import BiasEncoder, Ctx
+from .base import BiasEncoder, Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, distance
 
@@ -89,3 +90,9 @@ class Fire(LearnedParams, BiasEncoder):
         hidden = xp.maximum(x[..., None] * p["w1"][:, 0] + p["b1"], xp.zeros((), dtype=cdt, device=ctx.device))
         out = hidden @ xp.matrix_transpose(p["w2"]) + p["b2"]  # (*b, Q, K, H)
         return xp.moveaxis(out, -1, -3)  # (*b, H, Q, K)
+
+
+@hookimpl
+def peregistry_encoders() -> list[type[Encoder]]:
+    """The ``fire`` encoder, registered by its own entry point."""
+    return [Fire]

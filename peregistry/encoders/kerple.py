@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._hooks import hookimpl
 from .._options import MAX_DIM, Option
-from .base import BiasEncoder, Ctx
+from .base import BiasEncoder, Ctx, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, distance
 
@@ -70,3 +71,9 @@ class Kerple(LearnedParams, BiasEncoder):
         positive = d > 0
         powered = xp.pow(xp.where(positive, d, xp.ones_like(d)), r2)
         return -r1 * xp.where(positive, powered, xp.zeros_like(powered))
+
+
+@hookimpl
+def peregistry_encoders() -> list[type[Encoder]]:
+    """The ``kerple`` encoder, registered by its own entry point."""
+    return [Kerple]

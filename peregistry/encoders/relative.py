@@ -341,7 +341,6 @@ def _int_range(a: Any, *, ctx: Ctx) -> tuple[int, int] | None:
 
 @hookimpl
 def peregistry_encoders() -> list[type[Encoder]]:
-    from .fire import Fire
-    from .kerple import Kerple
-
-    return [T5Bias, ALiBi, Shaw, TransformerXL, Kerple, Fire]
+    """T5's bucketed bias, ALiBi, Shaw's embeddings and Transformer-XL's sinusoid (KERPLE and
+    FIRE register through entry points of their own)."""
+    return [T5Bias, ALiBi, Shaw, TransformerXL]
