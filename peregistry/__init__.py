@@ -57,7 +57,15 @@ get_encoder = default_registry.get_encoder
 
 def list_encoders() -> list[EncoderInfo]:
     """Every registered encoder (name, kind, family, plugin, summary, status), and every plugin
-    that failed to load, with its error."""
+    that failed to load, with its error.
+
+    >>> import peregistry as per
+    >>> info = {i.name: i for i in per.list_encoders()}
+    >>> info["rotary"].kind, info["alibi"].kind, info["transformer-xl"].kind
+    ('rotary', 'bias', 'relative-embedding')
+    >>> info["sinusoidal"].plugin.distribution, info["sinusoidal"].status
+    ('peregistry', 'ok')
+    """
     return default_registry.list_encoders()
 
 
@@ -93,7 +101,15 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
 
     ``layer_type`` names a layer type (``"sliding_attention"``; T5's ``"encoder"`` or
     ``"decoder"``) or a layer index, for models whose layers differ. See
-    :mod:`peregistry.hf_config` and docs/porting.md."""
+    :mod:`peregistry.hf_config` and docs/porting.md.
+
+    >>> import peregistry as per
+    >>> config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+    ...           "rope_theta": 500000.0, "max_position_embeddings": 128}
+    >>> enc = per.from_hf_config(config)
+    >>> enc.name, enc.options["dim"], enc.options["theta"], enc.options["layout"]
+    ('rotary', 16, 500000.0, 'half')
+    """
     from .hf_config import from_hf_config as _from_hf_config
 
     return _from_hf_config(config, layer_type=layer_type)

@@ -165,6 +165,7 @@ class Option:
 
     @property
     def required(self) -> bool:
+        """True when the option has no default (the user must pass it)."""
         return self.default is REQUIRED
 
     def __repr__(self) -> str:

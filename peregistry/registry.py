@@ -195,6 +195,14 @@ class Registry:
         An unknown name raises :class:`~peregistry.EncoderNotFoundError` listing close matches
         and known names; a name claimed by two plugins raises
         :class:`~peregistry.PluginConflictError` naming both.
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("rotary", dim=8)
+        >>> enc.name, enc.kind, enc.options["theta"]
+        ('rotary', 'rotary', 10000.0)
+        >>> per.get_encoder("sinusoidal", dim=8).encode(np.arange(4)).shape
+        (4, 8)
         """
         snap = self._snapshot or self._snap()
         entries = snap.encoders.get(name) if type(name) is str else None
@@ -312,6 +320,8 @@ class Registry:
 
     # -- rotary scalings ------------------------------------------------------------------------
     def scalings(self) -> dict[str, Any]:
+        """The RoPE scaling types by name (``scaling={"type": NAME, ...}``), built-in and
+        plugins'; a name claimed by two plugins raises :class:`~peregistry.PluginConflictError`."""
         snap = self._snap()
         out = {}
         for name, entries in snap.scalings.items():

@@ -45,6 +45,8 @@ class Ctx:
 
     @property
     def has_float64(self) -> bool:
+        """True when the wide dtype is float64 (False on float32-only backends, such as JAX
+        without x64)."""
         return bool(self.wide == getattr(self.xp, "float64", None))
 
     def constant(self, values: Any, dtype: Any = None) -> Any:
@@ -145,6 +147,7 @@ class Backend:
                    wide=self.wide_float_dtype(device))
 
     def default_device(self) -> Any:
+        """The namespace's default device (Array API ``__array_namespace_info__``)."""
         return self.namespace().__array_namespace_info__().default_device()
 
     def test_devices(self) -> list[Any]:

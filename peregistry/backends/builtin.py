@@ -15,4 +15,6 @@ _BUILTIN: list[Backend] = [TorchBackend(), JaxBackend(), StrictBackend(), NumpyB
 
 @hookimpl
 def peregistry_backends() -> list[Backend]:
+    """The built-in adapters: torch, JAX, array-api-strict, NumPy (hook
+    ``peregistry_backends``)."""
     return list(_BUILTIN)

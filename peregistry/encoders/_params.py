@@ -31,6 +31,7 @@ class Params:
 
     @property
     def learned(self) -> bool:
+        """True when the encoder has learned parameters (:meth:`param_shapes` is not empty)."""
         return bool(self.param_shapes())
 
     def init_std(self, name: str) -> float:

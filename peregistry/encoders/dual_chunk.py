@@ -230,4 +230,5 @@ class DualChunkRotary(RotaryEncoder):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    """This family's encoders, ``dual-chunk`` (hook ``peregistry_encoders``)."""
     return [DualChunkRotary]

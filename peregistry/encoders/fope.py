@@ -338,4 +338,5 @@ class FoPE(LearnedParams, RotaryEncoder):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    """This family's encoders, ``fope`` (hook ``peregistry_encoders``)."""
     return [FoPE]

@@ -242,4 +242,5 @@ class Learned2D(_LearnedBase):
 
 @hookimpl
 def peregistry_encoders() -> list[type[AbsoluteEncoder]]:
+    """This family's encoders, ``learned`` and ``learned-2d`` (hook ``peregistry_encoders``)."""
     return [Learned, Learned2D]

@@ -344,4 +344,5 @@ class MRope(MultiAxisRotary, ScaledRotary):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    """This family's encoders, ``mrope`` (hook ``peregistry_encoders``)."""
     return [MRope]

@@ -127,4 +127,5 @@ class Rotary(ScaledRotary):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    """This family's encoders, ``rotary`` (hook ``peregistry_encoders``)."""
     return [Rotary]

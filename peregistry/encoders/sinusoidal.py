@@ -95,4 +95,5 @@ class Sinusoidal(AbsoluteEncoder):
 
 @hookimpl
 def peregistry_encoders() -> list[type[AbsoluteEncoder]]:
+    """This family's encoders, ``sinusoidal`` (hook ``peregistry_encoders``)."""
     return [Sinusoidal]

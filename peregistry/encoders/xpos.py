@@ -191,4 +191,5 @@ class _XPosKeys(XPos):
 
 @hookimpl
 def peregistry_encoders() -> list[type[RotaryEncoder]]:
+    """This family's encoders, ``xpos`` (hook ``peregistry_encoders``)."""
     return [XPos]

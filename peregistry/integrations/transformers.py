@@ -314,6 +314,26 @@ def patch(model: Any) -> Any:
     :raises ValueError: the model has nothing this can take over (no text rotary module, T5
         relative bias or Bloom ALiBi), naming its ``model_type``; or a rotary module's tables
         differ from ``from_hf_config(model.config)``'s (nothing is patched then).
+
+    A tiny random Llama (no download): patched, its logits stay those of its own code.
+
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from peregistry.integrations.transformers import patch, unpatch
+    >>> _ = torch.manual_seed(0)
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    ...                      num_attention_heads=2, num_key_value_heads=2, vocab_size=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> ids = torch.arange(6)[None]
+    >>> with torch.no_grad():
+    ...     before = model(ids).logits
+    ...     after = patch(model)(ids).logits
+    >>> after.shape
+    torch.Size([1, 6, 64])
+    >>> torch.allclose(before, after, atol=1e-5)
+    True
+    >>> unpatch(model) is model
+    True
     """
     if getattr(model, _UNDO, False):
         return model

@@ -60,6 +60,9 @@ class Frequencies:
 
     @classmethod
     def from_omega(cls, omega: Iterable[float]) -> Frequencies:
+        """The constants of frequencies ``omega`` (radians per position): ``c = ω/2π`` in turns,
+        rounded to 24 significant bits, and its exact split ``c1 + c2 + c3`` (11, 11 and 24
+        bits) used for the float32 range reduction described in this module's docstring."""
         w: list[float] = []
         c1: list[float] = []
         c2: list[float] = []

@@ -119,6 +119,8 @@ class RotaryTables:
 
     @property
     def layout(self) -> Layout:
+        """``"interleaved"`` (pairs ``(x0, x1), (x2, x3), ...``) or ``"half"`` (pairs
+        ``(x_i, x_{i+d/2})``, the Llama/GPT-NeoX convention)."""
         return "interleaved" if self.interleaved else "half"
 
     def __repr__(self) -> str:

@@ -216,6 +216,15 @@ class RotaryEncoder(Encoder):
         ``longrope``); omitted, it is ``max(positions) + 1`` as in Hugging Face (read from the
         data in eager mode; under ``jax.jit``/``torch.compile`` piecewise scalings select on
         device and ``dynamic`` asks for it).
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("rotary", dim=8)
+        >>> cos, sin = enc.cos_sin(np.arange(4))
+        >>> cos.shape, sin.dtype
+        ((4, 8), dtype('float64'))
+        >>> print(np.round(cos[2], 4))  # cos(2·ω_i), ω_i = 10000^(-2i/8), half layout
+        [-0.4161  0.9801  0.9998  1.     -0.4161  0.9801  0.9998  1.    ]
         """
         ctx, (pos,) = self._context(positions)
         pos = self._positions(pos, ctx)
@@ -239,6 +248,20 @@ class RotaryEncoder(Encoder):
         :param seq_len: sequence length for ``dynamic``/``longrope`` scaling (see
             :meth:`cos_sin`); with ``positions=None`` and an int ``offset`` it defaults to
             ``offset + seq``, known without looking at data.
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("rotary", dim=8)
+        >>> q = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+        >>> out = enc.rotate(q)  # positions 0..4
+        >>> out.shape, out.dtype
+        ((2, 5, 8), dtype('float32'))
+        >>> bool(np.array_equal(out[:, 0], q[:, 0]))  # position 0 is the identity
+        True
+        >>> bool(np.allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(q, axis=-1)))
+        True
+        >>> bool(np.array_equal(enc.rotate(q[:, 3:], offset=3), out[:, 3:]))  # decoding
+        True
         """
         return self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
                             native=True)
@@ -247,7 +270,20 @@ class RotaryEncoder(Encoder):
         """The half-width tables of ``positions``, computed once, as a :class:`RotaryTables`
         whose ``rotate(x)`` / ``rotate_all(q, k, ...)`` equal ``self.rotate(x, positions)`` bit
         for bit without recomputing them: build them once per forward, use them in every
-        block. ``positions`` and ``seq_len`` as for :meth:`rotate`."""
+        block. ``positions`` and ``seq_len`` as for :meth:`rotate`.
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("rotary", dim=8)
+        >>> rng = np.random.default_rng(0)
+        >>> q, k = (rng.standard_normal((2, 4, 5, 8)).astype(np.float32) for _ in range(2))
+        >>> t = enc.tables(np.arange(5))  # once per forward
+        >>> t.layout, t.cos.shape
+        ('half', (5, 4))
+        >>> q2, k2 = t.rotate_all(q, k)  # in every layer
+        >>> bool(np.array_equal(q2, enc.rotate(q))), bool(np.array_equal(k2, enc.rotate(k)))
+        (True, True)
+        """
         ctx, (pos,) = self._context(positions)
         pos = self._positions(pos, ctx)
         cos, sin = self._table(pos, ctx=ctx, seq_len=self._check_seq_len(seq_len),

@@ -57,10 +57,12 @@ class CheckSpec:
 
     @property
     def name(self) -> str:
+        """The check's name, its function's (``check_<property>``)."""
         return self.func.__name__
 
     @property
     def doc(self) -> str:
+        """The first line of the check function's docstring (empty if it has none)."""
         return (self.func.__doc__ or "").strip().splitlines()[0] if self.func.__doc__ else ""
 
 
@@ -182,14 +184,18 @@ class Case:
 
     @property
     def id(self) -> str:
+        """``<encoder>-<backend>-<check>``, the pytest id of this case."""
         return f"{self.label or self.encoder.name}-{self.backend.name}-{self.spec.name}"
 
     @property
     def xp(self) -> Any:
+        """The backend's Array API namespace."""
         return self.backend.namespace()
 
     @property
     def rng(self) -> np.random.Generator:
+        """This case's NumPy generator, seeded (1234) on first use: every run draws the same
+        inputs."""
         if self._rng is None:
             import numpy as np
 
@@ -221,15 +227,18 @@ class Case:
         return self.backend.from_numpy(arr, dtype=target, device=device)
 
     def to_numpy(self, x: Any) -> np.ndarray[Any, Any]:
+        """A backend array as a float64 NumPy array (to compare with a reference)."""
         import numpy as np
 
         return np.asarray(self.backend.to_numpy(x), dtype=np.float64)
 
     @property
     def float_dtypes(self) -> Mapping[str, Any]:
+        """The backend's floating dtypes by standard name (``"float32"``, ...)."""
         return self.backend.float_dtypes()
 
     def dtype_name(self, dtype: Any) -> str:
+        """The standard name of a backend dtype (``"bfloat16"``, ``"float32"``, ...)."""
         return self.backend.dtype_name(dtype)
 
     def tolerance(self, dtype: str, *, steps: float = 8.0, scale: float = 1.0) -> float:
@@ -240,4 +249,5 @@ class Case:
         return steps * EPS[dtype] * scale
 
     def fail(self, message: str) -> CheckFailure:
+        """A :class:`CheckFailure` with ``message``, for a check to raise."""
         return CheckFailure(message)

@@ -16,6 +16,9 @@ _OK = ("passed", "xfail", "exempt")
 
 @dataclass(frozen=True)
 class ReportRow:
+    """One line of a :class:`Report`: an encoder x backend x check, its status (``passed``,
+    ``failed``, ``error``, ``xfail``, ``xpass``, ``exempt``) and, unless it passed, why."""
+
     encoder: str
     backend: str
     check: str
@@ -37,6 +40,7 @@ class Report:
 
     @property
     def failures(self) -> list[ReportRow]:
+        """The rows that make :attr:`ok` False (failed, errored or unexpectedly passed)."""
         return [r for r in self.rows if r.status not in _OK]
 
     def __str__(self) -> str:
@@ -44,6 +48,8 @@ class Report:
 
 
 def format_table(rows: Sequence[ReportRow]) -> str:
+    """``rows`` as an aligned text table (encoder, backend, check, status; the message under
+    each row that did not pass) and an ``N ok, M failed`` line."""
     head = ("encoder", "backend", "check", "status")
     body = [(r.encoder, r.backend, r.check, r.status) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
@@ -98,7 +104,15 @@ def check_encoder(
     **options: Any,
 ) -> Report:
     """Run every applicable check of encoder ``name`` (built with ``options``) on every selected
-    backend, and return the :class:`Report`. ``name`` may also be an encoder object."""
+    backend, and return the :class:`Report`. ``name`` may also be an encoder object.
+
+    >>> from peregistry.testing import check_encoder
+    >>> report = check_encoder("sinusoidal", dim=8, backends="numpy")
+    >>> report.ok, report.failures
+    (True, [])
+    >>> sorted({row.check for row in report.rows})[:3]
+    ['check_deterministic', 'check_device_preserved', 'check_dtype_preserved']
+    """
     spec = name if not isinstance(name, str) else (name, options)
     cases = cases_for([spec], backends=backends, expected_failed_checks=expected_failed_checks)
     return Report(tuple(run_case(c) for c in cases))

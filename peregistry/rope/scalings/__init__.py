@@ -78,6 +78,7 @@ def builtin_scalings() -> list[RopeScaling]:
 
 @hookimpl
 def peregistry_rope_scalings() -> list[RopeScaling]:
+    """The built-in scaling types (hook ``peregistry_rope_scalings``)."""
     return builtin_scalings()
 
 
