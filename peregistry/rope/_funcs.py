@@ -138,9 +138,9 @@ def rotate_half_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     """Rotate pairs ``(i, i + h)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``.
 
     The pair's members on their own axis, ``(..., 2, h)``, and the two results stacked back on
-    it: one fused pass under XLA (1.1x a copy of ``x`` jitted, where the flip form of
-    :func:`rotate_interleaved_layout` measured 1.2-1.3x and half slices with a concatenation
-    2.3x)."""
+    it: one fused pass under XLA, close to a copy of ``x`` jitted (the flip form of
+    :func:`rotate_interleaved_layout` and half slices with a concatenation fuse worse;
+    docs/benchmarks.md, "Figures moved from docstrings")."""
     try:
         h = x.shape[-1] // 2
         # x: [x0 x1 | x2 x3] as (..., 2, h) -> [x0·c0 - x2·s0, x1·c1 - x3·s1 | x2·c0 + x0·s0, ..]
@@ -157,10 +157,11 @@ def rotate_interleaved_layout(x: Any, cos: Any, sin: Any, *, xp: Any) -> Any:
     """Rotate pairs ``(2i, 2i+1)`` of ``x`` ``(..., 2h)`` by half-width ``cos``/``sin``.
 
     The pair's members on their own axis, ``(..., h, 2)``, and ``x·C + flip(x)·S`` with ``C =
-    (cos, cos)``, ``S = (-sin, sin)`` stacked there: one pass that XLA fuses (1.12x a copy of
-    ``x`` jitted, where stacking the two results measured 1.28x). The products and sums are
-    those of ``(a·c - b·s, b·c + a·s)`` (``a + (-t) = a - t`` exactly), so are the bits (but
-    the sign of a NaN, which tables from one angle never hold)."""
+    (cos, cos)``, ``S = (-sin, sin)`` stacked there: one pass that XLA fuses, close to a copy
+    of ``x`` jitted (stacking the two results fuses worse; docs/benchmarks.md, "Figures moved
+    from docstrings"). The products and sums are those of ``(a·c - b·s, b·c + a·s)`` (``a +
+    (-t) = a - t`` exactly), so are the bits (but the sign of a NaN, which tables from one
+    angle never hold)."""
     # x: [x0 x1 x2 x3] as (..., h, 2) -> [x0·c0 - x1·s0, x1·c0 + x0·s0, x2·c1 - x3·s1, ...]
     try:
         pairs = xp.reshape(x, (*x.shape[:-1], x.shape[-1] // 2, 2))

@@ -48,8 +48,9 @@ def materialize(*arrays: Any, constant: bool = True) -> tuple[Any, ...]:
 
 def _stacked(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(cos, sin, ...)`` pairs, each stacked into one buffer and taken apart again: inductor
-    writes a stack's inputs once (on the CPU; measured: real-valued positions 7.8 ms without,
-    1.6 ms with, as with the op), and stacking is differentiable in every mode."""
+    writes a stack's inputs once (on the CPU, several times faster with real-valued positions,
+    as with the op: docs/benchmarks.md, "Figures moved from docstrings"), and stacking is
+    differentiable in every mode."""
     stack = sys.modules["torch"].stack
     return tuple(t for pair in zip(arrays[0::2], arrays[1::2], strict=True)
                  for t in stack(pair).unbind(0))
@@ -106,7 +107,8 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
             return rotate_functional(x, cos, sin, rotary_dim, interleaved)
     # Inside forward_ad.dual_level(), dual tensors need the plain expression (the out= ops
     # would drop their tangents); torch has no public "is a level open" question that is cheap
-    # enough here (unpack_dual of three tensors costs ~3 us): docs/architecture.md lists it.
+    # enough here (unpack_dual of three tensors costs microseconds: docs/benchmarks.md);
+    # docs/architecture.md lists it.
     fwad = sys.modules.get("torch.autograd.forward_ad")
     if ((fwad is not None and fwad._current_level >= 0)
             or (torch.is_grad_enabled() and (
@@ -117,8 +119,8 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
         out[..., rotary_dim:] = x[..., rotary_dim:]
     shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
     # Blocks only on one thread: with several, each op of each block is a parallel region,
-    # and on a shared CPU every region waits for a thread the OS has descheduled (35-55x a
-    # clone with the other core busy, against 2-3x for a few whole-tensor ops).
+    # and on a shared CPU every region waits for a thread the OS has descheduled (many times
+    # slower than a few whole-tensor ops with the other core busy: docs/benchmarks.md).
     if not shared or x.numel() < 2 * BLOCK_ELEMENTS or torch.get_num_threads() > 1:
         _rotate_halves_into(x, cos, sin, out, rotary_dim, interleaved)
     else:
