@@ -38,11 +38,13 @@ _MAX_LAYERS = 1024
 
 
 def _model_type(config: Any) -> str:
+    """The text model's ``model_type`` (a multimodal config's text part), for messages."""
     return str(getattr(_text(config), "model_type", None)
                or getattr(config, "model_type", "unknown"))
 
 
 def _text(config: Any) -> Any:
+    """The text part of a config (``get_text_config()``), or the config itself."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
@@ -163,6 +165,8 @@ def _format(enc: Any, pos: Any, out: Any) -> tuple[str, Any] | None:
 
 
 def _mismatch(module: Any, model_type: str, kind: str | None, tried: list[Any]) -> ValueError:
+    """The error of a rotary module whose tables no candidate encoder reproduces, naming the
+    likely cause when its buffers are narrower than float32 (a cast ``inv_freq``)."""
     what = f" (layer type {kind!r})" if kind is not None else ""
     narrow = sorted({str(b.dtype) for b in module.buffers()
                      if b.is_floating_point() and b.element_size() < 4})
@@ -200,6 +204,8 @@ def _rotary_forward(module: Any, config: Any, model_type: str,
         chosen[kind] = found
 
     def forward(self: Any, x: Any, position_ids: Any, layer_type: str | None = None) -> Any:
+        """The module's ``(cos, sin)`` at ``position_ids`` from the encoder of
+        ``layer_type``, in ``x``'s dtype; Llama 4's complex ``freqs_cis`` for that format."""
         fmt, enc = chosen[layer_type]
         if fmt == "complex":
             cos, sin = enc.cos_sin(position_ids, dtype=torch.float32)
@@ -222,6 +228,8 @@ def _t5_compute_bias(module: Any, config: Any) -> Callable[..., Any]:
 
     def compute_bias(self: Any, query_length: int, key_length: int, device: Any = None,
                      past_seen_tokens: Any = 0, cache_position: Any = None) -> Any:
+        """T5's ``(1, heads, Q, K)`` bias of queries from the cached length on and keys from 0,
+        through the ``t5`` encoder with the layer's own ``relative_attention_bias`` table."""
         weight = self.relative_attention_bias.weight
         dev = weight.device if device is None else device
         q = torch.arange(query_length, device=dev)
@@ -243,6 +251,8 @@ def _bloom_alibi(config: Any) -> Callable[..., Any]:
     enc: Any = from_hf_config(config)
 
     def build_alibi_tensor(self: Any, attention_mask: Any, num_heads: int, dtype: Any) -> Any:
+        """Bloom's ``(batch·heads, 1, K)`` ALiBi: slope ``m_h`` times each key's position
+        counted over the attention mask (Press et al. 2022; Bloom's layout)."""
         pos = positions_from_attention_mask(attention_mask)  # 0 at padding, as Bloom's
         slopes = torch.tensor(enc.slopes, dtype=torch.float32, device=attention_mask.device)
         alibi = slopes[None, :, None] * pos[:, None, :]
@@ -282,6 +292,7 @@ def _bind(module: Any, name: str, function: Callable[..., Any]) -> None:
 
 
 def _restore(module: Any) -> None:
+    """Undo :func:`_bind` on ``module``: its own attributes back, Bloom's hook removed."""
     saved = module.__dict__.pop(_SAVED)
     for name, before in saved.items():
         if name == "_hook":

@@ -24,6 +24,7 @@ HEAD_DIM = WIDTH // HEADS
 
 
 def _torch_nn() -> Any:
+    """``torch.nn``, imported when this module is (the study needs torch; peregistry does not)."""
     import torch.nn
 
     return torch.nn
@@ -33,6 +34,11 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
     """One encoder and its parameters, applied by kind (see the module docstring)."""
 
     def __init__(self, encoder: Any, seed: int) -> None:
+        """``encoder``: a peregistry encoder, or None for NoPE. A learned encoder's params are
+        initialised with ``seed`` (``encoder.init``) and registered as module parameters; a
+        relative embedding gets a bias ``v`` ``(heads, head_dim)`` added to the queries of its
+        term (Transformer-XL's ``v``, Dai et al. 2019, section 3.3, term (d)) and, for a fixed
+        sinusoid, its projection ``W_R``."""
         import torch
 
         super().__init__()
@@ -49,14 +55,20 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
                   if self.kind == "relative-embedding" else None)
 
     def _p(self) -> dict[str, Any] | None:
+        """The learned params as the ``params=`` of the encoder's methods (None if it has none)."""
         return dict(self.params) or None
 
     def embeddings(self, h: Any, pos: Any) -> Any:
+        """Token embeddings ``h`` ``(batch, T, width)`` plus an absolute encoder's
+        ``encode(pos)`` (Vaswani et al. 2017, section 3.5); unchanged for the other kinds."""
         if self.kind == "absolute":
             return h + self.encoder.encode(pos, params=self._p())
         return h
 
     def rotate(self, q: Any, k: Any, pos: Any) -> tuple[Any, Any]:
+        """Queries and keys ``(batch, heads, T, head_dim)`` rotated at ``pos`` by a rotary
+        encoder (RoFormer, Su et al. 2021, eq. 34; xPos scales them oppositely, Sun et al.
+        2022); unchanged for the other kinds."""
         if self.kind != "rotary":
             return q, k
         enc = self.encoder
@@ -86,7 +98,12 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
 
 
 class Block(_torch_nn().Module):  # type: ignore[misc]
+    """One pre-norm decoder block: causal multi-head attention whose logits take the
+    position's terms, then a GELU MLP, each with a residual."""
+
     def __init__(self) -> None:
+        """LayerNorms, the fused ``qkv`` projection, the output projection and the MLP
+        (``WIDTH -> 4·WIDTH -> WIDTH``)."""
         import torch
 
         super().__init__()
@@ -97,6 +114,9 @@ class Block(_torch_nn().Module):  # type: ignore[misc]
                                        torch.nn.Linear(4 * WIDTH, WIDTH))
 
     def forward(self, h: Any, pos: Any, position: Position) -> Any:
+        """``h`` ``(batch, T, width)`` through the block: logits ``(q·k + content) / sqrt(d) +
+        bias``, causally masked, where ``position`` rotates ``q``/``k`` and supplies the
+        relative content term and the bias."""
         import torch
 
         b, t, _ = h.shape
@@ -114,6 +134,8 @@ class TinyDecoder(_torch_nn().Module):  # type: ignore[misc]
     """Embedding, ``LAYERS`` pre-norm blocks of ``HEADS`` causal heads, an output head."""
 
     def __init__(self, vocab: int, encoder: Any, seed: int) -> None:
+        """A model over ``vocab`` tokens whose positions come from ``encoder`` (None: NoPE),
+        its learned params initialised with ``seed``."""
         import torch
 
         super().__init__()
@@ -124,6 +146,8 @@ class TinyDecoder(_torch_nn().Module):  # type: ignore[misc]
         self.head = torch.nn.Linear(WIDTH, vocab)
 
     def forward(self, ids: Any, pos: Any) -> Any:
+        """Logits ``(batch, T, vocab)`` of token ``ids`` ``(batch, T)`` at positions ``pos``
+        ``(T,)``."""
         h = self.position.embeddings(self.embed(ids), pos)
         for block in self.blocks:
             h = block(h, pos, self.position)

@@ -45,6 +45,7 @@ class Settings:
     randomized: bool = False
 
     def __post_init__(self) -> None:
+        """Check every field (a ``ValueError`` naming the first bad one)."""
         for name in ("train_length", "steps", "batch", "eval_batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -74,10 +75,12 @@ class Settings:
 
     @property
     def lengths(self) -> tuple[int, ...]:
+        """The evaluated lengths ``L, 2L, 4L, 8L``."""
         return tuple(self.train_length * m for m in (1, 2, 4, 8))
 
 
 def _invalid(name: str, value: Any, allowed: str, extra: str = "") -> ValueError:
+    """The error of field ``name``: its value and what is allowed."""
     return ValueError(f"Settings: {name} must be {allowed}, got {value!r}{extra}")
 
 
@@ -93,20 +96,27 @@ class Row:
     accuracy: dict[int, list[float]] = field(default_factory=dict)
 
     def mean(self, n: int) -> float:
+        """Mean accuracy over the seeds at length ``n``."""
         return statistics.fmean(self.accuracy[n])
 
     def spread(self, n: int) -> float:
+        """Population standard deviation over the seeds at length ``n`` (0 for one seed)."""
         values = self.accuracy[n]
         return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
 @dataclass
 class ExtrapolationResult:
+    """What :func:`run` returns: its settings, one :class:`Row` per encoder (or scaling) and
+    task, and the encoders skipped with the reason."""
+
     settings: Settings
     rows: list[Row]
     skipped: dict[str, str]
 
     def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (``--format json``): the settings, each row's accuracies per
+        length with their mean and spread, and the skipped encoders."""
         s = self.settings
         return {"train_length": s.train_length, "lengths": list(s.lengths), "tasks": list(s.tasks),
                 "seeds": list(s.seeds), "steps": s.steps, "randomized": s.randomized,
@@ -133,6 +143,7 @@ class ExtrapolationResult:
         return cls(settings, rows, dict(data["skipped"]))
 
     def table(self) -> str:
+        """A text table per task: one line per encoder, ``mean ±spread`` at each length."""
         s = self.settings
         lines = []
         for task in s.tasks:
@@ -198,6 +209,9 @@ def encoders(names: Sequence[str] | None, settings: Settings) -> tuple[list[tupl
 
 
 def _positions(t: int, settings: Settings, generator: Any, train: bool) -> Any:
+    """Positions of a length-``t`` sequence: ``arange(t)``, or while training with
+    ``randomized``, ``t`` sorted distinct positions drawn below the longest evaluated length
+    (randomized positional encodings, Ruoss et al. 2023)."""
     import torch
 
     if train and settings.randomized:  # Ruoss et al. 2023: sorted random positions
@@ -207,6 +221,8 @@ def _positions(t: int, settings: Settings, generator: Any, train: bool) -> Any:
 
 
 def _train(model: Any, task: str, settings: Settings, seed: int) -> None:
+    """``settings.steps`` AdamW steps on batches of ``task`` at the training length, with the
+    cross-entropy of the scored tokens; seeded by ``seed``."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -221,6 +237,8 @@ def _train(model: Any, task: str, settings: Settings, seed: int) -> None:
 
 
 def _accuracy(model: Any, task: str, n: int, settings: Settings, seed: int) -> float:
+    """The fraction of scored tokens predicted exactly (greedy) on a batch of ``task`` at
+    length ``n``, positions ``arange``; drawn with a seed apart from training's."""
     import torch
 
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -231,6 +249,9 @@ def _accuracy(model: Any, task: str, n: int, settings: Settings, seed: int) -> f
 
 
 def _scaled(kind: str, factor: float, train_tokens: int) -> Any:
+    """The rotary encoder of the model's head size with scaling ``kind`` for ``factor`` =
+    evaluated / trained length (plain RoPE at ``factor <= 1``); ``dynamic`` takes factor 1,
+    its base growing with the sequence past ``train_tokens`` (see :data:`SCALINGS`)."""
     from ..registry import default_registry
     from ._model import HEAD_DIM
 
