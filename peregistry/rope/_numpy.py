@@ -2,7 +2,7 @@
 
 The generic rotation (:func:`._funcs.apply_rotation`) spells each product and sum as a new
 array and stacks the two halves at the end: about eight passes over memory the size of ``x``
-(7.2x a copy of ``x`` for a prefill, measured: docs/benchmarks.md). Here the same products and
+(docs/benchmarks.md, issue 43, has the measurements). Here the same products and
 sums, in the same order and each rounded once, are NumPy ufuncs writing with ``out=`` into one
 preallocated output, one scratch array for the second product, and (for large C-contiguous
 inputs) in blocks of rows small enough that the passes over a block run in cache. Only NumPy's
@@ -22,9 +22,9 @@ __all__ = ["BLOCK_ELEMENTS", "rotate"]
 
 #: Elements of ``x`` per block: ``x``'s block, the output's block and the scratch block
 #: (float32: 512 KiB each) stay in the last-level cache while the four passes over them run,
-#: and blocks are few enough that the Python cost of a block (some µs of ufunc calls and
-#: slicing) stays small next to the memory traffic it saves (2^15 to 2^18 measured: 2^17 was
-#: fastest for a (1, 32, 2048, 128) float32 prefill).
+#: and blocks are few enough that the Python cost of a block (ufunc calls and
+#: slicing) stays small next to the memory traffic it saves (2^15 to 2^18 were tried, see
+#: docs/benchmarks.md).
 BLOCK_ELEMENTS = 1 << 17
 
 
@@ -87,7 +87,7 @@ def _rotate_into(np: Any, x: Any, big_c: Any, big_s: Any, out: Any, interleaved:
     NaN is the same: half, ``a·c - b·s`` and ``b·c + a·s``; interleaved, ``a·c + b·(-s)`` and
     ``b·c + a·s`` (its ``x·C + flip(x)·S`` with ``S = (-s, s)``). The four products are two
     contiguous whole-row passes (``x·C`` into ``out``, ``x·S`` into scratch): NumPy runs a
-    ufunc over half rows (strided) about 3.5x slower per element than over whole rows
+    ufunc over half rows (strided) several times slower per element than over whole rows
     (measured), so only the two sums pair up the halves. ``t``: scratch of ``out``'s shape and
     dtype (made here if not given)."""
     h = x.shape[-1] // 2
@@ -106,8 +106,7 @@ def _rotate_into(np: Any, x: Any, big_c: Any, big_s: Any, out: Any, interleaved:
 def _rotate_half_swapped(np: Any, x: Any, big_c: Any, big_ns: Any, out: Any, t: Any,
                          u: Any) -> None:
     """The half layout as :func:`_rotate_into` computes it, with one pass that pairs the halves
-    instead of two: ``u = [b, a]`` (a copy, the cheapest strided pass NumPy has: 24 µs where a
-    strided subtraction took 38 µs, for 1024 rows of 128 float32), then ``out = x·C + u·S'``
+    instead of two: ``u = [b, a]`` (a copy, the cheapest strided pass NumPy has), then ``out = x·C + u·S'``
     with ``S' = [-s, s]``, three contiguous passes. ``a·c + b·(-s)`` is ``a·c - b·s`` to the
     bit (IEEE subtraction is the addition of the negation; ``b·(-s) = -(b·s)`` exactly, and a
     NaN from ``a``, ``b`` or an invalid operation propagates alike), but for the sign of a NaN
