@@ -20,16 +20,19 @@ __all__ = ["clear", "compiled_call", "compiled_hook", "declares", "is_jax_namesp
 EAGER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 _lock = _thread.allocate_lock()  # threading.Lock, without importing threading at startup
+#: The two ``jax.jit`` functions (``"hook"``, ``"call"``), each holding JAX's cache of the
+#: programs it compiled; emptied by :func:`clear` (``peregistry.rope.clear_caches``).
 _jitted: dict[str, Callable[..., Any]] = {}
-#: ``(class, hook)`` whose hook could not be traced (it reads values): eager from then on.
+#: ``(class, hook)`` whose hook could not be traced (it reads values): eager until
+#: :func:`clear` (``peregistry.rope.clear_caches``) or :data:`UNTRACEABLE_LIMIT` entries, when it
+#: is emptied and learnt again (one failed trace per hook).
 untraceable: set[tuple[type, str]] = set()
+UNTRACEABLE_LIMIT = 256
 
 
 #: Module names of JAX's namespaces, as array-api-compat's ``is_jax_namespace`` tests them
 #: (compared directly: that one is ``lru_cache``-wrapped, which Dynamo warns about).
 _JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
-#: ``(class, hook)`` -> :func:`declares`, asked on every eager call.
-_declared: dict[tuple[type, str], bool] = {}
 
 
 def is_jax_namespace(xp: Any) -> bool:
@@ -46,13 +49,12 @@ def is_tracer(x: Any) -> bool:
 
 def declares(klass: type, hook: str) -> bool:
     """Whether the class that defines ``hook`` declares ``_compile_hook_eagerly = True`` in its
-    own body (an inherited declaration does not cover an override)."""
-    known = _declared.get((klass, hook))
-    if known is None:
-        owner = next((c for c in klass.__mro__ if hook in c.__dict__), None)
-        known = owner is not None and bool(owner.__dict__.get("_compile_hook_eagerly", False))
-        _declared[(klass, hook)] = known
-    return known
+    own body (an inherited declaration does not cover an override). Asked anew on every eager
+    call (a walk of the MRO, under a microsecond): no verdict is kept by class."""
+    for c in klass.__mro__:
+        if hook in c.__dict__:
+            return bool(c.__dict__.get("_compile_hook_eagerly", False))
+    return False
 
 
 class _Static:
@@ -99,9 +101,10 @@ def _call(fn: Callable[..., Any], arrays: tuple[Any, ...],
 
 def clear() -> None:
     """Drop the compiled programs (``peregistry.rope.clear_caches``): each lives in the cache of
-    its ``jax.jit`` function, which goes with it."""
+    its ``jax.jit`` function, which goes with it; and forget which hooks did not trace."""
     with _lock:
         _jitted.clear()
+        untraceable.clear()
 
 
 def _jit(name: str, fn: Callable[..., Any], static: tuple[int, ...]) -> Callable[..., Any]:
@@ -137,7 +140,10 @@ def compiled_hook(enc: Any, hook: str, arrays: tuple[Any, ...],
         return _jit("hook", _traced_hook, (0,))(_Static(enc, hook, tuple(sorted(static.items()))),
                                           tuple(arrays), kw)
     except jax.errors.JAXTypeError:  # Python control flow on values, int(tracer), np.asarray...
-        untraceable.add((klass, hook))
+        with _lock:
+            if len(untraceable) >= UNTRACEABLE_LIMIT:
+                untraceable.clear()
+            untraceable.add((klass, hook))
         return None
     except ValueError:  # inside an enclosing trace (concrete inputs closed over by jax.jit),
         return None  # where a program with compiler options may not nest: the caller stages it

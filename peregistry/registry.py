@@ -146,6 +146,21 @@ class Registry:
             del self._plugins[name]
             self._invalidate()
 
+    def clear_memos(self) -> None:
+        """Forget what this registry and its adapters remember of the arrays they saw: the
+        adapter of each array type, each adapter's ``Ctx`` and devices (made again on next
+        use). ``peregistry.rope.clear_caches()`` calls it on the default registry. The plugins
+        and what their hooks gave stay (:meth:`register` and :meth:`unregister` renew those)."""
+        with self._lock:
+            self._backend_by_type = {}
+            snap = self._snapshot
+        adapters = [b for entries in snap.backends.values() for b, _ in entries] if snap else []
+        builtin = sys.modules.get("peregistry.backends.builtin")
+        for b in [*adapters, *(builtin._BUILTIN if builtin is not None else ())]:
+            clear = getattr(b, "_clear_memos", None)
+            if callable(clear):
+                clear()
+
     def _invalidate(self) -> None:
         self._snapshot = None
         self._backend_by_type = {}

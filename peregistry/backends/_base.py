@@ -67,6 +67,14 @@ class Backend:
     name: str = ""
     #: Lower numbers are asked first when two adapters could own an array.
     priority: int = 100
+    #: Keys of what the adapter keeps in its ``__dict__`` between calls (a ``Ctx``, a device),
+    #: dropped by :meth:`_clear_memos` (``peregistry.rope.clear_caches()``); none by default.
+    _memos: tuple[str, ...] = ()
+
+    def _clear_memos(self) -> None:
+        """Forget what the adapter keeps between calls (:attr:`_memos`); made again on next use."""
+        for key in self._memos:
+            self.__dict__.pop(key, None)
 
     # -- discovery ------------------------------------------------------------------------------
     def is_installed(self) -> bool:

@@ -11,6 +11,7 @@ from ._base import Backend
 class JaxBackend(Backend):
     name = "jax"
     priority = 20
+    _memos = ("_first",)
     runs_jitted = True  # JAX code runs under jax.jit; eager dispatch is op by op
 
     def block_until_ready(self, x: Any) -> Any:

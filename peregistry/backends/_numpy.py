@@ -11,6 +11,7 @@ from ._base import Backend, Ctx
 class NumpyBackend(Backend):
     name = "numpy"
     priority = 90  # after the others: jax/torch scalars may also look like numpy generics
+    _memos = ("_ctx",)
 
     def context(self, x: Any) -> Ctx:
         """One :class:`Ctx` serves every NumPy call: one device, float64 always."""

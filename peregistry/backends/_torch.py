@@ -30,6 +30,13 @@ def _import_inductor_quietly() -> None:
 class TorchBackend(Backend):
     name = "torch"
     priority = 10
+    _memos = ("_cpu_ctx",)
+
+    def _clear_memos(self) -> None:
+        """Forget the CPU's ``Ctx`` and the torch functions looked up once (:func:`bind_probe`)."""
+        global _probe
+        super()._clear_memos()
+        _probe = None
 
     def owns(self, x: Any) -> bool:
         import torch

@@ -19,6 +19,7 @@ from __future__ import annotations
 import _thread
 import math
 import os
+import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -142,15 +143,28 @@ STORE = Store()
 
 
 def clear_caches() -> None:
-    """Free everything peregistry keeps: the tables of :data:`STORE`, the programs compiled for
-    eager JAX calls, and the list of active rotation kernels (read again from the registry on
-    the next rotation). Made again on next use; results never change, only speed."""
-    from .._jax_eager import clear as clear_programs
-    from ._kernels import reset as forget_kernels
-
+    """Free everything peregistry keeps between calls (docs/architecture.md lists it): the
+    tables of :data:`STORE`; the programs compiled for eager JAX calls and the hooks that did
+    not trace; the active rotation kernels (read again from the registry on the next rotary
+    encoder); the kinds of dtypes seen; the default registry's adapter of each array type and
+    its adapters' memos (a ``Ctx``, a device, torch's probes). Made again on next use; results
+    never change, only speed. What a registration changes (the plugins and what their hooks
+    gave) is renewed by ``register``/``unregister``. A module not imported yet keeps nothing, so
+    none is imported here."""
     STORE.clear()
-    clear_programs()
-    forget_kernels()
+    modules = sys.modules
+    if (jax_eager := modules.get("peregistry._jax_eager")) is not None:
+        jax_eager.clear()
+    if (kernels := modules.get("peregistry.rope._kernels")) is not None:
+        kernels.reset()
+    if (base := modules.get("peregistry.encoders.base")) is not None:
+        base._DTYPE_KINDS.clear()
+    # the default registry, through the services it installed (an engine module never
+    # imports the registry)
+    services = modules["peregistry._services"]._default
+    clear_memos = getattr(services, "clear_memos", None)
+    if callable(clear_memos):
+        clear_memos()
 
 
 def set_table_cache_bytes(nbytes: int) -> None:
