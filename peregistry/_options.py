@@ -97,6 +97,7 @@ _ITEM_WORDS: dict[Any, str] = {int: "a sequence of integers", float: "a sequence
 
 
 def _type_name(value: object) -> str:
+    """The type name of ``value``, for messages."""
     return type(value).__name__
 
 
@@ -250,12 +251,14 @@ class Option:
         return converted
 
     def _wrong_type(self, owner: str, value: Any) -> TypeError:
+        """The error of a value of the wrong type: option, what is allowed, value and type."""
         return TypeError(
             f"{owner}: option {self.name!r} must be {self.allowed}, "
             f"got {value!r} of type {_type_name(value)}"
         )
 
     def _float_tuple(self, owner: str, value: Sequence[Any]) -> tuple[float, ...]:
+        """A sequence of real numbers as a tuple of finite floats (bools refused)."""
         if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
             raise self._wrong_type(owner, value)
         out = tuple(_finite_or_inf(v) for v in value)
@@ -266,6 +269,9 @@ class Option:
         return out
 
     def _convert_type(self, owner: str, value: Any) -> Any:
+        """``value`` as the option's type: an exact bool, an int by ``operator.index``, a
+        finite float, a str, a tuple of ints or finite floats, or a frozen str-keyed dict; no
+        bool passes as a number."""
         t = self.type
         if t is bool:
             if isinstance(value, bool) or type(value).__name__ == "bool_":
@@ -318,6 +324,7 @@ def _finite_or_inf(value: Any) -> float:
 
 
 def _parse_bool(word: str) -> bool:
+    """A command-line word as a bool (``true``/``false`` and their synonyms, any case)."""
     if word.lower() in _TRUE_WORDS:
         return True
     if word.lower() in _FALSE_WORDS:
@@ -326,6 +333,8 @@ def _parse_bool(word: str) -> bool:
 
 
 def _parse_number(kind: type) -> Callable[[str], Any]:
+    """A parser of command-line words as ``kind`` (int or float)."""
+
     def parse(word: str) -> Any:
         try:
             return kind(word)
@@ -336,6 +345,9 @@ def _parse_number(kind: type) -> Callable[[str], Any]:
 
 
 def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]]:
+    """A parser of comma-separated command-line words (brackets optional) as a tuple of
+    ``item``; its error shows ``example``."""
+
     def parse(word: str) -> tuple[Any, ...]:
         inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
         if not inner:
@@ -349,6 +361,7 @@ def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]
 
 
 def _parse_json_object(word: str) -> Any:
+    """A command-line word as a JSON object (a ``scaling`` dict, say)."""
     import json  # the command line only, not at every start
 
     try:

@@ -91,6 +91,8 @@ def _default_rope(text: Mapping[str, Any], rule: tuple[str, float]) -> dict[str,
 
 
 def _flat(text: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The RoPE settings as one flat dict: ``rope_parameters`` (5.x), else ``rope_scaling``
+    (4.x, whose ``rope_theta`` sits beside it)."""
     params = mapping(text.get("rope_parameters"), "rope_parameters", where)
     if params:
         return dict(params)
@@ -117,14 +119,17 @@ class _NoPE:
                                                  if self.interval is not None else True)
 
     def __contains__(self, i: int) -> bool:
+        """Whether layer ``i`` has no RoPE."""
         if self.interval is not None:
             return 0 <= i < self.count and (i + 1) % self.interval == 0
         return i in self.mask
 
     def __bool__(self) -> bool:
+        """Whether some layer has no RoPE."""
         return bool(self.mask) or (self.interval is not None and self.count >= self.interval)
 
     def describe(self) -> str:
+        """The NoPE layers, short: a list, or its first ones and a count for an interval."""
         if self.interval is None:
             return summary(sorted(self.mask))
         n = self.count // self.interval
@@ -150,11 +155,14 @@ def _scaling_layers(text: Mapping[str, Any], count: int | None, where: str) -> s
 
 
 def _unscaled(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``flat`` without its scaling: ``rope_type: default`` with its base, partial rotary
+    factor and M-RoPE sections."""
     keep = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved")
     return {"rope_type": "default", **{k: flat[k] for k in keep if k in flat}}
 
 
 def _describe(types: dict[str, Any], layer_types: list[str], nope: _NoPE | None) -> str:
+    """The layer types of a model and the layers of each, for messages."""
     parts = []
     for t, params in types.items():
         idx = [i for i, lt in enumerate(layer_types) if lt == t]
@@ -169,11 +177,14 @@ def _describe(types: dict[str, Any], layer_types: list[str], nope: _NoPE | None)
 
 
 def _nope(where: str, what: str, why: str) -> NoPositionalEncodingError:
+    """The error for a layer without positional encoding, saying why."""
     return NoPositionalEncodingError(f"{where}: {what} uses no positional encoding ({why}); "
                                      f"its attention needs no encoder")
 
 
 def _missing(where: str, layer_types: list[str], loaded: bool) -> ConfigError:
+    """The error for layer types whose RoPE settings the config lacks, with the fix (for a
+    dict, load it through transformers, whose config class fills in defaults)."""
     advice = ("the config object has no entry either: add the entry (config.rope_parameters)"
               if loaded else "transformers' config class fills in its own defaults: pass the "
               "config loaded by transformers (AutoConfig), add the entry")
@@ -186,6 +197,8 @@ def _missing(where: str, layer_types: list[str], loaded: bool) -> ConfigError:
 
 
 def _no_attention(where: str, what: str, attention: list[str]) -> NoPositionalEncodingError:
+    """The error for a layer without attention (linear attention, Mamba, convolution, ...),
+    naming the layer types that have one."""
     choose = (f"; the layer types with attention: {', '.join(map(repr, attention))}"
               if attention else "")
     return NoPositionalEncodingError(f"{where}: {what} has no attention, so no positional "
