@@ -24,7 +24,7 @@ from .learned_params import LearnedParams, init_params
 from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
 
 if TYPE_CHECKING:
-    from ..rope.encoder import Call
+    from ..rope._call import Call
     from .context import Ctx
 
 __all__ = ["FoPE", "fope_frequencies"]
