@@ -146,6 +146,16 @@ def _compare(kernel: _Counting, backend: Any, x: Any, cos: Any, sin: Any, layout
     return None
 
 
+def _each_layout(kernel: _Counting, backend: Any, x: Any, cos: Any, sin: Any,
+                 what: str) -> str | None:
+    """:func:`_compare` in both layouts: the first that broke, or None."""
+    for layout in ("half", "interleaved"):
+        why = _compare(kernel, backend, x, cos, sin, layout, f"{what}, layout={layout}")
+        if why:
+            return why
+    return None
+
+
 def _first(results: Iterator[str | None]) -> str | None:
     for r in results:
         if r is not None:
@@ -209,11 +219,9 @@ def check_kernel_values(kernel: _Counting, backend: Any) -> str | None:
             x = _array(backend, rng.standard_normal(xs), xdt)
             c, s = _tables(rng, ts, np.float64)
             cos, sin = _array(backend, c, tdt), _array(backend, s, tdt)
-            for layout in ("half", "interleaved"):
-                why = _compare(kernel, backend, x, cos, sin, layout,
-                               f"x {xs} {xdt}, tables {ts} {tdt}, layout={layout}")
-                if why:
-                    return why
+            why = _each_layout(kernel, backend, x, cos, sin, f"x {xs} {xdt}, tables {ts} {tdt}")
+            if why:
+                return why
     return None
 
 
@@ -234,11 +242,9 @@ def check_kernel_special_values(kernel: _Counting, backend: Any) -> str | None:
         with np.errstate(all="ignore"):  # inf - inf is NaN on purpose here
             x_, cos, sin = (_array(backend, x, xdt), _array(backend, c, tdt),
                             _array(backend, s, tdt))
-            for layout in ("half", "interleaved"):
-                why = _compare(kernel, backend, x_, cos, sin, layout,
-                               f"special values, {xdt}, {layout}")
-                if why:
-                    return why
+            why = _each_layout(kernel, backend, x_, cos, sin, f"special values, {xdt}")
+            if why:
+                return why
     return None
 
 
@@ -292,10 +298,9 @@ def check_kernel_strides(kernel: _Counting, backend: Any) -> str | None:
 
     rng = np.random.default_rng(2)
     for what, x, cos, sin in _strided(backend, rng):
-        for layout in ("half", "interleaved"):
-            why = _compare(kernel, backend, x, cos, sin, layout, f"{what}, {layout}")
-            if why:
-                return why
+        why = _each_layout(kernel, backend, x, cos, sin, what)
+        if why:
+            return why
     return None
 
 
