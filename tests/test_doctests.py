@@ -29,6 +29,10 @@ ENTRY_POINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "from_hf_config": ("peregistry.from_hf_config", ()),
     "check_encoder": ("peregistry.testing._report.check_encoder", ()),
     "patch": ("peregistry.integrations.transformers.patch", ("torch", "transformers")),
+    "keras.RotaryEmbedding": ("peregistry.integrations.keras.RotaryEmbedding", ("keras",)),
+    "keras.PositionEmbedding": ("peregistry.integrations.keras.PositionEmbedding", ("keras",)),
+    "keras.RelativeBias": ("peregistry.integrations.keras.RelativeBias", ("keras",)),
+    "flax.Encoder": ("peregistry.integrations.flax.Encoder", ("flax",)),
 }
 
 

@@ -34,11 +34,26 @@ class Encoder(nnx.Module):  # type: ignore[misc,unused-ignore]  # Any where flax
     :param params: existing parameters instead (``{name: array}``, e.g. ``enc.init(jnp)`` or a
         converted checkpoint); each must have the shape ``enc.param_shapes()`` gives.
     :param param_dtype: the dtype of fresh parameters (default float32).
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from peregistry.integrations.flax import Encoder
+    >>> rope = Encoder("rotary", dim=8)  # parameter-free: a stateless module
+    >>> out = rope(jnp.ones((2, 5, 8)))  # enc.rotate, positions 0..4
+    >>> out.shape, rope.params
+    ((2, 5, 8), None)
+    >>> table = Encoder("learned", num_positions=16, dim=8, rngs=nnx.Rngs(0))
+    >>> table(jnp.arange(4)).shape  # enc.encode with the module's nnx.Param
+    (4, 8)
+    >>> type(table.table).__name__, table.params["table"].shape
+    ('Param', (16, 8))
     """
 
     def __init__(self, encoder: str | _Encoder, *, rngs: nnx.Rngs | None = None,
                  params: Mapping[str, Any] | None = None, param_dtype: Any = None,
                  **options: Any) -> None:
+        """Resolve the encoder and make its parameters (fresh from ``rngs`` or the given
+        ``params``, shapes checked) ``nnx.Param`` attributes named as the encoder names them."""
         import jax
         import jax.numpy as jnp
 
@@ -76,6 +91,8 @@ class Encoder(nnx.Module):  # type: ignore[misc,unused-ignore]  # Any where flax
         return {k: getattr(self, k)[...] for k in self._names}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The encoder's method of its kind (``encode``, ``rotate``, ``bias``, ``embed``) with
+        the module's parameters filled in (see the module docstring)."""
         enc: Any = self.encoder
         kind = enc.kind
         if kind == "rotary":
