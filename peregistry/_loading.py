@@ -9,6 +9,7 @@ checks what each returns, into a :class:`~peregistry._records.Snapshot`.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -17,6 +18,7 @@ from typing import Any
 import pluggy
 
 from ._records import (
+    BUILTIN_FAMILIES,
     PluginInfo,
     Snapshot,
     describe,
@@ -97,10 +99,17 @@ def _raised(what: str, exc: BaseException) -> str:
     return f"{what} raised {describe(exc)}"
 
 
-def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
+def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo],
+                      lazy: dict[str, Any] | None = None) -> None:
     """Import and register every plugin of the entry point group; record each in ``plugins``
     (status ``ok``, ``error`` with the cause, or ``disabled`` with the switch), and each
-    distribution whose entry points cannot be read as an ``error`` under its name."""
+    distribution whose entry points cannot be read as an ``error`` under its name.
+
+    With ``lazy``, a built-in family (:data:`~peregistry._records.BUILTIN_FAMILIES`) is recorded
+    ``ok`` and put in ``lazy`` (plugin name -> entry point) instead of imported: its names are
+    known, and the registry imports it when one of them is first asked for. Third-party plugins
+    are always imported: what they provide is known only from their hooks, and a name two
+    plugins claim must be reported whichever is asked for."""
     from ._entry_points import Unreadable, entry_points
 
     seen: set[tuple[str, str]] = set()
@@ -119,6 +128,10 @@ def load_entry_points(pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) 
         reason = _disabled_reason(norm, is_builtin(info))
         if reason is not None:
             plugins[name] = PluginInfo(name, dist, version, "disabled", reason)
+            continue
+        if lazy is not None and is_builtin(info) and ep.value in BUILTIN_FAMILIES:
+            plugins[name] = info
+            lazy[name] = ep
             continue
         try:
             plugin = ep.load()
@@ -195,9 +208,13 @@ def _call_each(
             plugins[info.name] = failed(info, f"hook {hook}() returned " + "; ".join(problems))
 
 
-def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
+def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo],
+            lazy: Mapping[str, Any] | None = None,
+            load_family: Callable[[str, str], Any] | None = None) -> Snapshot:
     """Every plugin's encoders, backends, rope scalings and rotation kernels, checked; plugins whose hooks fail
-    get an ``error`` record in the snapshot (``known`` is not changed)."""
+    get an ``error`` record in the snapshot (``known`` is not changed). The encoders of the
+    built-in families not imported yet (``lazy``: plugin name -> entry point) are entries whose
+    class ``load_family(plugin name, encoder name)`` gives when first asked for."""
     from ._records import Entry
 
     snap = Snapshot()
@@ -210,6 +227,12 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo]) -> Snapshot:
 
     for cls, info in _call_each(pm, "peregistry_encoders", plugins, check_encoder):
         snap.encoders.setdefault(cls.name, []).append(Entry(cls, info))
+    for plugin_name, ep in (lazy or {}).items():
+        info = plugins[plugin_name]
+        if info.status == "ok" and load_family is not None:
+            for name in BUILTIN_FAMILIES[ep.value]:
+                load = functools.partial(load_family, plugin_name, name)
+                snap.encoders.setdefault(name, []).append(Entry(None, info, load))
     for backend, info in _call_each(pm, "peregistry_backends", plugins, _check_backend):
         snap.backends.setdefault(backend.name, []).append((backend, info))
     for scaling, info in _call_each(pm, "peregistry_rope_scalings", plugins, _check_scaling):

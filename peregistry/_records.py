@@ -7,7 +7,9 @@ of every plugin's hooks, from which the registry answers until a plugin is added
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +20,21 @@ __all__ = ["BUILTIN_DISTRIBUTION", "EncoderInfo", "KernelInfo", "PluginInfo"]
 
 #: The distribution whose entry points are the built-in families.
 BUILTIN_DISTRIBUTION = "peregistry"
+#: The encoder names the ``peregistry_encoders`` hook of each built-in family module gives, so
+#: that the registry knows them without importing the module: a family is imported when one of
+#: its names is first asked for (tests/test_startup.py holds each module's hook to this table).
+BUILTIN_FAMILIES = MappingProxyType({
+    "peregistry.encoders.sinusoidal": ("sinusoidal",),
+    "peregistry.encoders.rotary": ("rotary",),
+    "peregistry.encoders.mrope": ("mrope",),
+    "peregistry.encoders.xpos": ("xpos",),
+    "peregistry.encoders.dual_chunk": ("dual-chunk",),
+    "peregistry.encoders.fope": ("fope",),
+    "peregistry.encoders.learned": ("learned", "learned-2d"),
+    "peregistry.encoders.relative": ("t5", "alibi", "shaw", "transformer-xl"),
+    "peregistry.encoders.kerple": ("kerple",),
+    "peregistry.encoders.fire": ("fire",),
+})
 
 
 def normalize_dist(name: str) -> str:
@@ -90,17 +107,30 @@ class KernelInfo:
 
 
 class Entry:
-    """An encoder class and the plugin that provided it."""
+    """An encoder class and the plugin that provided it; for a built-in family not imported yet,
+    ``load`` gives the class when it is first asked for (it raises
+    :class:`~peregistry.PluginError` if the family cannot be imported)."""
 
     # Plain classes, not dataclasses: creating a dataclass costs at every start.
-    __slots__ = ("cls", "plugin")
+    __slots__ = ("_cls", "_load", "plugin")
 
-    def __init__(self, cls: type[Encoder], plugin: PluginInfo) -> None:
-        self.cls = cls
+    def __init__(self, cls: type[Encoder] | None, plugin: PluginInfo,
+                 load: Callable[[], type[Encoder]] | None = None) -> None:
+        self._cls = cls
+        self._load = load
         self.plugin = plugin
 
+    @property
+    def cls(self) -> type[Encoder]:
+        cls = self._cls
+        if cls is None:
+            assert self._load is not None
+            cls = self._cls = self._load()
+        return cls
+
     def __repr__(self) -> str:
-        return f"Entry(cls={self.cls!r}, plugin={self.plugin!r})"
+        shown = self._cls if self._cls is not None else "(not imported yet)"
+        return f"Entry(cls={shown!r}, plugin={self.plugin!r})"
 
 
 class Snapshot:

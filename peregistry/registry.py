@@ -36,7 +36,15 @@ import pluggy
 
 import peregistry._hooks as _hooks
 
-from ._loading import ENTRY_POINT_GROUP, PluginManager, collect, load_entry_points
+from ._loading import (
+    _ISOLATED,
+    ENTRY_POINT_GROUP,
+    PluginManager,
+    check_encoder_class,
+    collect,
+    load_entry_points,
+    register_plugin,
+)
 from ._loading import ENV_DISABLE_AUTOLOAD as ENV_DISABLE_AUTOLOAD
 from ._loading import ENV_DISABLED_PLUGINS as ENV_DISABLED_PLUGINS
 from ._loading import ENV_LOAD_PLUGINS as ENV_LOAD_PLUGINS
@@ -80,6 +88,9 @@ class Registry:
         self._lock = _thread.RLock()
         self._pm: pluggy.PluginManager | None = None
         self._plugins: dict[str, PluginInfo] = {}
+        #: Built-in families not imported yet: plugin name -> entry point (imported, registered
+        #: and dropped from here when one of their names is first asked for).
+        self._lazy: dict[str, Any] = {}
         self._snapshot: Snapshot | None = None
         self._backend_by_type: dict[type, Backend] = {}
         # The adapters in lookup order, sorted once per snapshot (by _snap, outside any trace:
@@ -97,7 +108,7 @@ class Registry:
                     pm = PluginManager(_hooks.PROJECT)
                     pm.add_hookspecs(_hooks)
                     if self._use_entry_points:
-                        load_entry_points(pm, self._plugins)
+                        load_entry_points(pm, self._plugins, self._lazy)
                     self.load_count += 1
                     self._pm = pm
         return self._pm
@@ -144,6 +155,7 @@ class Registry:
             if pm.has_plugin(name):
                 pm.unregister(name=name)
             del self._plugins[name]
+            self._lazy.pop(name, None)
             self._invalidate()
 
     def clear_memos(self) -> None:
@@ -177,12 +189,34 @@ class Registry:
             with self._lock:
                 snap = self._snapshot
                 if snap is None:
-                    snap = collect(self._manager(), self._plugins)
+                    snap = collect(self._manager(), self._plugins, self._lazy, self._load_family)
                     self.collect_count += 1
                     if all(len(e) == 1 for e in snap.backends.values()):  # (else backends()
                         self._backend_order = (snap, self._sorted_backends(snap))  # raises)
                     self._snapshot = snap
         return snap
+
+    def _load_family(self, plugin: str, name: str) -> type[Encoder]:
+        """The class of encoder ``name`` of built-in family ``plugin``, importing and registering
+        the family's module if it is not yet (the first time one of its names is asked for)."""
+        with self._lock:
+            ep = self._lazy.get(plugin)
+            if ep is not None:
+                try:
+                    module = ep.load()
+                except _ISOLATED as exc:
+                    raise PluginError(f'error importing plugin "{ep.value}": '
+                                      f"{describe(exc)}") from exc
+                register_plugin(self._manager(), module, self._plugins[plugin], self._plugins)
+                del self._lazy[plugin]
+            pm = self._manager()
+        for impl in pm.hook.peregistry_encoders.get_hookimpls():
+            if impl.plugin_name == plugin:
+                for cls in impl.function():  # type: ignore[attr-defined]
+                    if getattr(cls, "name", None) == name and check_encoder_class(cls) is None:
+                        return cls  # type: ignore[no-any-return]
+        raise PluginError(f"built-in plugin {plugin!r} gives no encoder named {name!r} "
+                          f"({self._plugins[plugin].error or 'its module has no such class'})")
 
     # -- questions ------------------------------------------------------------------------------
     def plugins(self) -> list[PluginInfo]:
@@ -262,9 +296,14 @@ class Registry:
             if len(entries) > 1:
                 conflict = conflict_message("encoder", name, [e.plugin for e in entries])
             for e in entries:
+                try:
+                    cls = e.cls  # (imports a built-in family not imported yet)
+                except PluginError as exc:
+                    rows.append(EncoderInfo(name, None, None, e.plugin, "", "error", str(exc)))
+                    continue
                 rows.append(EncoderInfo(
-                    name=name, kind=e.cls.kind, family=e.cls.family, plugin=e.plugin,
-                    summary=e.cls.summary,
+                    name=name, kind=cls.kind, family=cls.family, plugin=e.plugin,
+                    summary=cls.summary,
                     status="conflict" if conflict else ("ok" if e.plugin.status == "ok"
                                                         else "error"),
                     error=conflict or e.plugin.error,

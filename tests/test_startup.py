@@ -203,3 +203,42 @@ def test_torch_compile_fullgraph_of_a_relative_encoder_as_the_first_call(torch_f
         "print(json.dumps(bool(torch.equal(y, ref))))\n",
         env=NO_THIRD_PARTY)
     assert got is True
+
+
+def test_the_table_of_builtin_families_is_what_their_hooks_give() -> None:
+    # The registry knows a built-in family's names from this table without importing it: each
+    # module's hook must give exactly these names, and every built-in encoder module is listed.
+    import importlib
+
+    from peregistry._records import BUILTIN_FAMILIES
+
+    for module, names in BUILTIN_FAMILIES.items():
+        mod = importlib.import_module(module)
+        assert tuple(cls.name for cls in mod.peregistry_encoders()) == names, module
+        hooks = {n for n in vars(mod) if n.startswith("peregistry_")}
+        assert hooks == {"peregistry_encoders"}, f"{module} gives more than encoders: {hooks}"
+    builtin = {ep.value for ep in entry_points("peregistry")
+               if getattr(ep, "dist_name", None) == "peregistry"}
+    assert {v for v in builtin if v.startswith("peregistry.encoders.")} <= set(BUILTIN_FAMILIES)
+
+
+def test_a_family_is_imported_when_one_of_its_names_is_first_asked_for() -> None:
+    got = fresh(
+        "import sys, json, peregistry\n"
+        "families = [m for m in sys.modules if m.startswith('peregistry.encoders.')\n"
+        "            and m.rsplit('.', 1)[1][0] != '_']\n"
+        "peregistry.get_encoder('rotary', dim=64)\n"
+        "after_rotary = sorted(m for m in sys.modules if m.startswith('peregistry.encoders.')\n"
+        "                      and m.rsplit('.', 1)[1][0] != '_')\n"
+        "peregistry.get_encoder('t5', num_heads=2)\n"
+        "after_t5 = 'peregistry.encoders.relative' in sys.modules\n"
+        "names = {e.name for e in peregistry.list_encoders()}\n"
+        "print(json.dumps([families, after_rotary, after_t5, sorted(names)]))\n",
+        env=NO_THIRD_PARTY)
+    families, after_rotary, after_t5, names = got
+    assert "peregistry.encoders.rotary" not in families
+    assert "peregistry.encoders.rotary" in after_rotary
+    for other in ("mrope", "xpos", "relative", "fope", "learned", "dual_chunk"):
+        assert f"peregistry.encoders.{other}" not in after_rotary
+    assert after_t5
+    assert {"rotary", "t5", "mrope", "alibi", "learned-2d"} <= set(names)
