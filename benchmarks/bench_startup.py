@@ -7,7 +7,8 @@ alike):
 * ``python -c "import numpy"``
 
 (with ``--python`` given several times, the snippets of every interpreter, all interleaved) and
-the script prints the median wall time of each, their ratio, and the goal of issue 29 (ratio <= 1.6),
+the script prints the median wall time of each, their ratio, and the goal of issue 44 (ratio
+<= 1.5; issue 29 asked 1.6),
 and the ratio of the fastest runs (on a shared machine the least disturbed). With ``--assert-goal``
 it exits 1 when the median ratio misses the goal. Run it with the interpreter of the environment to
 measure::
@@ -36,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-GOAL = 1.6
+GOAL = 1.5
 PEREGISTRY_SNIPPET = "import peregistry; peregistry.get_encoder('rotary', dim=64)"
 NUMPY_SNIPPET = "import numpy"
 #: The environment of the snippets: this one, with bytecode caches written (see above).
