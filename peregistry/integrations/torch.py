@@ -48,6 +48,8 @@ class EncoderModule(nn.Module):
 
     def __init__(self, encoder: Encoder, *, seed: int = 0, dtype: Any = None, device: Any = None,
                  params: Any = None) -> None:
+        """Register the encoder's learned params (``encoder.init`` with ``seed``, or copies of
+        ``params``) as ``nn.Parameter`` s of ``self.params``; none for a parameter-free one."""
         super().__init__()
         if not isinstance(encoder, Encoder):
             raise TypeError(f"EncoderModule: encoder must be a peregistry encoder (from "
@@ -71,9 +73,11 @@ class EncoderModule(nn.Module):
 
     # -- calls -----------------------------------------------------------------------------------
     def _current(self) -> dict[str, Any] | None:
+        """The parameters as the encoder's ``params=`` (None if it learns none)."""
         return dict(self.params.items()) if self.encoder.learned else None
 
     def _dtype(self, dtype: Any) -> Any:
+        """The output dtype: ``dtype``, else the parameters' for a learned encoder."""
         if dtype is None and self.encoder.learned:
             return next(iter(self.params.values())).dtype
         return dtype
@@ -114,4 +118,5 @@ class EncoderModule(nn.Module):
         return EncoderModule(new_enc, params=values, device=first.device, dtype=first.dtype)
 
     def extra_repr(self) -> str:
+        """The encoder's repr, shown in the module's."""
         return repr(self.encoder)
