@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -63,3 +64,26 @@ def assert_same_bits(got: Any, want: Any, *, bf16: bool = False) -> None:
     np.testing.assert_array_equal(gnan, wnan)
     np.testing.assert_array_equal(_bits(np.ascontiguousarray(g))[~gnan],
                                   _bits(np.ascontiguousarray(w))[~wnan])
+
+
+def rotate_at_once(kernel: CRotationKernel, jobs: list[tuple[Any, Any, Any, str, Any]]) -> None:
+    """Each ``(x, cos, sin, layout, want)`` rotated five times by a thread of its own, all
+    started together; every answer must be ``want``'s bits."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(jobs))
+
+    def run(k: int) -> None:
+        x, c, s, layout, want = jobs[k]
+        barrier.wait()
+        try:
+            for _ in range(5):
+                assert_same_bits(kernel.rotate(x, c, s, layout=layout), want)
+        except BaseException as e:  # reported in the test's thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors

@@ -3,7 +3,6 @@ broadcast tables, strides of every kind, dtypes, special values, read-only input
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ from peregistry_rotary_c import CRotationKernel, _numpy
 from peregistry_rotary_c import kernel as kmod
 from peregistry_rotary_c.kernel import numpy_threads
 
-from conftest import LAYOUTS, assert_same_bits, generic
+from conftest import LAYOUTS, assert_same_bits, generic, rotate_at_once
 
 
 def tables(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float32) -> tuple[Any, Any]:
@@ -150,24 +149,7 @@ def test_threads_at_once(kernel: CRotationKernel) -> None:
         x = rng.standard_normal((1, 4, 300 + 50 * k, 128)).astype(np.float32)
         c, s = tables(rng, (300 + 50 * k, 64))
         jobs.append((x, c, s, LAYOUTS[k % 2], generic(x, c, s, LAYOUTS[k % 2])))
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
-
-    def run(k: int) -> None:
-        x, c, s, layout, want = jobs[k]
-        barrier.wait()
-        try:
-            for _ in range(5):
-                assert_same_bits(kernel.rotate(x, c, s, layout=layout), want)
-        except BaseException as e:  # reported in the test's thread
-            errors.append(e)
-
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors
+    rotate_at_once(kernel, jobs)
 
 
 # -- threads the kernel is given -------------------------------------------------------------------

@@ -4,7 +4,6 @@ its own, so that a function that falls back to the plain expression keeps every 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from peregistry_rotary_c import CRotationKernel
 from peregistry_rotary_c import kernel as kmod
 
-from conftest import LAYOUTS, assert_same_bits, generic
+from conftest import LAYOUTS, assert_same_bits, generic, rotate_at_once
 
 torch: Any = pytest.importorskip("torch")
 
@@ -183,24 +182,7 @@ def test_threads_at_once(kernel: CRotationKernel) -> None:
         x = randn(1, 4, 300 + 50 * k, 128, seed=k, dtype=torch.bfloat16 if k % 3 == 0 else None)
         c, s = tables((300 + 50 * k, 64), seed=k)
         jobs.append((x, c, s, LAYOUTS[k % 2], generic(x, c, s, LAYOUTS[k % 2])))
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
-
-    def run(k: int) -> None:
-        x, c, s, layout, want = jobs[k]
-        barrier.wait()
-        try:
-            for _ in range(5):
-                assert_same_bits(kernel.rotate(x, c, s, layout=layout), want)
-        except BaseException as e:  # reported in the test's thread
-            errors.append(e)
-
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors
+    rotate_at_once(kernel, jobs)
 
 
 # -- derivatives: declined, and the fallback keeps them ----------------------------------------------
