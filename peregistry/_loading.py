@@ -13,9 +13,11 @@ import functools
 import os
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+import peregistry._hooks as _hooks
 
 from ._records import (
     BUILTIN_FAMILIES,
@@ -27,7 +29,11 @@ from ._records import (
     normalize_dist,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginManager", "collect", "load_entry_points", "register_plugin"]
+if TYPE_CHECKING:
+    from .encoders.base import Encoder
+
+__all__ = ["ENTRY_POINT_GROUP", "PluginManager", "collect", "encoder_plugin", "load_entry_points",
+           "provides_nothing", "register_plugin"]
 
 ENTRY_POINT_GROUP = "peregistry"
 ENV_DISABLE_AUTOLOAD = "PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD"
@@ -317,3 +323,43 @@ def _check_scaling(obj: Any) -> str | None:
     if not isinstance(getattr(obj, "parameters", {}), Mapping):
         return f"rope scaling {name!r}: parameters must be a mapping of key -> Option"
     return None
+
+
+# -- what register() takes ---------------------------------------------------------------------
+class _EncoderClassPlugin:
+    """The plugin ``register(EncoderClass)`` makes: its hook gives that class."""
+
+    def __init__(self, cls: type[Encoder]) -> None:
+        self.cls = cls
+
+    @_hooks.hookimpl
+    def peregistry_encoders(self) -> list[type[Encoder]]:
+        return [self.cls]
+
+    def __repr__(self) -> str:
+        return f"<plugin of encoder class {self.cls.__qualname__}>"
+
+
+def encoder_plugin(plugin: object) -> object:
+    """``plugin``, or for an encoder class the plugin providing it."""
+    from .encoders.base import Encoder
+
+    if isinstance(plugin, type) and issubclass(plugin, Encoder):
+        return _EncoderClassPlugin(plugin)
+    return plugin
+
+
+def provides_nothing(plugin: object, name: str) -> str:
+    """Why ``plugin`` (with no hookimpl) is refused, and what to pass instead."""
+    from .encoders.base import Encoder
+
+    hooks = ", ".join(n for n, f in vars(_hooks).items() if hasattr(f, f"{_hooks.PROJECT}_spec"))
+    what = f"{plugin!r}"[:200]
+    if isinstance(plugin, Encoder):
+        cls = type(plugin).__name__
+        what = f"{what} is an encoder object ({cls}), not a plugin; pass its class: register({cls})"
+    else:
+        what = f"{what} has no hook implementation"
+    return (f"cannot register plugin {name!r}: {what}. register() takes a module or object with "
+            f"functions marked @peregistry.hookimpl named after a hook ({hooks}), or an encoder "
+            f"class (a subclass of peregistry.Encoder) to register that encoder")

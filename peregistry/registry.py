@@ -42,7 +42,9 @@ from ._loading import (
     PluginManager,
     check_encoder_class,
     collect,
+    encoder_plugin,
     load_entry_points,
+    provides_nothing,
     register_plugin,
 )
 from ._loading import ENV_DISABLE_AUTOLOAD as ENV_DISABLE_AUTOLOAD
@@ -127,7 +129,7 @@ class Registry:
         pm = self._manager()
         if name is None:
             name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
-        given, plugin = plugin, _encoder_plugin(plugin)
+        given, plugin = plugin, encoder_plugin(plugin)
         with self._lock:
             if name in self._plugins:
                 raise ValueError(
@@ -140,7 +142,7 @@ class Registry:
                 raise PluginError(f"cannot register plugin {name!r}: {describe(exc)}") from exc
             if not pm.get_hookcallers(plugin):  # pluggy registers an object with none silently
                 pm.unregister(plugin)
-                raise TypeError(_provides_nothing(given, name))
+                raise TypeError(provides_nothing(given, name))
             self._plugins[name] = PluginInfo(name, None, None)
             self._invalidate()
         return name
@@ -406,45 +408,6 @@ class Registry:
                         status, error = "error", f"status() raised {describe(exc)}"
                 rows.append(KernelInfo(name, info, status, priority, ulps, error, kernel))
         return sorted(rows, key=lambda r: -r.priority)
-
-
-class _EncoderClassPlugin:
-    """The plugin ``register(EncoderClass)`` makes: its hook gives that class."""
-
-    def __init__(self, cls: type[Encoder]) -> None:
-        self.cls = cls
-
-    @_hooks.hookimpl
-    def peregistry_encoders(self) -> list[type[Encoder]]:
-        return [self.cls]
-
-    def __repr__(self) -> str:
-        return f"<plugin of encoder class {self.cls.__qualname__}>"
-
-
-def _encoder_plugin(plugin: object) -> object:
-    """``plugin``, or for an encoder class the plugin providing it."""
-    from .encoders.base import Encoder
-
-    if isinstance(plugin, type) and issubclass(plugin, Encoder):
-        return _EncoderClassPlugin(plugin)
-    return plugin
-
-
-def _provides_nothing(plugin: object, name: str) -> str:
-    """Why ``plugin`` (with no hookimpl) is refused, and what to pass instead."""
-    from .encoders.base import Encoder
-
-    hooks = ", ".join(n for n, f in vars(_hooks).items() if hasattr(f, f"{_hooks.PROJECT}_spec"))
-    what = f"{plugin!r}"[:200]
-    if isinstance(plugin, Encoder):
-        cls = type(plugin).__name__
-        what = f"{what} is an encoder object ({cls}), not a plugin; pass its class: register({cls})"
-    else:
-        what = f"{what} has no hook implementation"
-    return (f"cannot register plugin {name!r}: {what}. register() takes a module or object with "
-            f"functions marked @peregistry.hookimpl named after a hook ({hooks}), or an encoder "
-            f"class (a subclass of peregistry.Encoder) to register that encoder")
 
 
 #: The registry behind :func:`peregistry.get_encoder` and friends, and the services of every

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import venv
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,7 +72,8 @@ def test_the_sdist_has_no_native_code(dist: Path) -> None:
     import tarfile
 
     sdist = _one(dist / "core", "peregistry-*.tar.gz")
-    names = tarfile.open(sdist).getnames()
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
     assert not [n for n in names if n.endswith((".c", ".so"))], names
     assert not [n for n in names if n.endswith("setup.py")]
 
@@ -95,14 +95,14 @@ def test_twine_check(dist: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the core's wheel and test tools (no editable install, no checkout)."""
     env_dir = tmp_path_factory.mktemp("venv")
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
     wheel = _one(dist / "core", "peregistry-*.whl")
     _run(py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[test]")
-    yield py
+    return py
 
 
 def _smoke(py: Path, tmp: Path, *, accelerated: bool) -> None:
