@@ -102,7 +102,7 @@ from ._options import Option
 from .backends._base import Backend
 from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding
 from .encoders.learned_params import LearnedParams, init_params
-from .encoders.pairs import compute_dtype, distance, gather, index_dtype
+from .encoders.pairs import clip_distance, compute_dtype, distance, gather, index_dtype
 from .rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary, angles, cos_sin
 
 __all__ = [
@@ -127,6 +127,7 @@ __all__ = [
 # Building blocks of the pair kinds (``k - q``) and of learned encoders: see docs/plugins.md.
 __all__ += [
     "LearnedParams",
+    "clip_distance",
     "compute_dtype",
     "distance",
     "gather",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import peregistry as per
-from peregistry.plugin import Ctx, LearnedParams, distance, gather
+from peregistry.plugin import Ctx, LearnedParams, clip_distance, distance, gather
 from peregistry.testing import check_encoder
 from peregistry.testing._core import selected_backends
 
@@ -31,7 +31,7 @@ class PlainInitTable(per.RelativeEmbedding):
 
     def _embed(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         m = self.max_distance
-        idx = ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+        idx = clip_distance(distance(q, k, ctx=ctx), -m, m, ctx=ctx) + m
         return gather(params["table"], idx, axis=0, ctx=ctx)
 
 

@@ -24,8 +24,8 @@ from .context import compute_float
 if TYPE_CHECKING:
     from .base import Ctx, Encoder
 
-__all__ = ["check_param_arrays", "compute_dtype", "distance", "gather", "index_dtype",
-           "pair_batch_shape", "pair_inputs"]
+__all__ = ["check_param_arrays", "clip_distance", "compute_dtype", "distance", "gather",
+           "index_dtype", "pair_batch_shape", "pair_inputs"]
 
 
 def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
@@ -91,6 +91,16 @@ def distance(q: Any, k: Any, *, ctx: Ctx) -> Any:
     qi = q if q.dtype == idt else xp.astype(q, idt)
     ki = k if k.dtype == idt else xp.astype(k, idt)
     return ki[..., None, :] - qi[..., :, None]  # indexing adds the axes (cheaper than expand_dims)
+
+
+def clip_distance(d: Any, low: int, high: int, *, ctx: Ctx) -> Any:
+    """``clip(d, low, high)`` of an integer array ``d`` (a :func:`distance`) by Python ints, in
+    ``d``'s dtype, as Shaw et al. 2018 clip ``k - q`` to ``[-m, m]``. Use it rather than
+    ``xp.clip``: array-api-compat's torch ``clip`` asks ``math.isnan`` of its bounds, which
+    ``torch.compile(dynamic=True)`` cannot trace (the conformance suite compiles so)."""
+    from ..rope._delegation import clip_int  # (the one dispatch to framework functions)
+
+    return clip_int(d, low, high, xp=ctx.xp)
 
 
 def gather(table: Any, idx: Any, *, axis: int, ctx: Ctx) -> Any:
