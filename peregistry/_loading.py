@@ -32,13 +32,16 @@ from ._records import (
 if TYPE_CHECKING:
     from .encoders.base import Encoder
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginManager", "collect", "encoder_plugin", "load_entry_points",
-           "provides_nothing", "register_plugin"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV_KERNEL_ULPS", "PluginManager", "allowed_ulps", "collect",
+           "encoder_plugin", "load_entry_points", "provides_nothing", "register_plugin"]
 
 ENTRY_POINT_GROUP = "peregistry"
 ENV_DISABLE_AUTOLOAD = "PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD"
 ENV_LOAD_PLUGINS = "PEREGISTRY_LOAD_PLUGINS"
 ENV_DISABLED_PLUGINS = "PEREGISTRY_DISABLED_PLUGINS"
+#: The most units in the last place a rotation kernel may differ from the generic rotation and
+#: still be used (0 by default: a kernel changes speed, never a result, unless the user says).
+ENV_KERNEL_ULPS = "PEREGISTRY_KERNEL_ULPS"
 _TRUE = {"1", "true", "yes", "on"}
 #: What a plugin's code may raise without taking the registry down: any error, and
 #: ``SystemExit`` (a plugin calling ``sys.exit``), but never ``KeyboardInterrupt``.
@@ -71,6 +74,15 @@ class PluginManager(pluggy.PluginManager):
                         and getattr(value, "__func__", None) is None):
                     return None
         return super().parse_hookimpl_opts(plugin, name)
+
+
+def allowed_ulps() -> int:
+    """:data:`ENV_KERNEL_ULPS` as an int (0 when unset); anything else is an error naming it."""
+    raw = os.environ.get(ENV_KERNEL_ULPS, "0").strip() or "0"
+    if not raw.isdigit():
+        raise ValueError(f"{ENV_KERNEL_ULPS}={raw!r}: expected a whole number of units in the "
+                         f"last place (0: only kernels that give the generic rotation's bits)")
+    return int(raw)
 
 
 def _env_list(name: str) -> set[str] | None:

@@ -39,7 +39,9 @@ import peregistry._hooks as _hooks
 from ._loading import (
     _ISOLATED,
     ENTRY_POINT_GROUP,
+    ENV_KERNEL_ULPS,
     PluginManager,
+    allowed_ulps,
     check_encoder_class,
     collect,
     encoder_plugin,
@@ -406,6 +408,9 @@ class Registry:
                         status = str(kernel.status())
                     except Exception as exc:
                         status, error = "error", f"status() raised {describe(exc)}"
+                if status == "active" and ulps > allowed_ulps():
+                    status = (f"not used: declares ulps={ulps} (its results differ from the "
+                              f"generic rotation); {ENV_KERNEL_ULPS}={ulps} allows it")
                 rows.append(KernelInfo(name, info, status, priority, ulps, error, kernel))
         return sorted(rows, key=lambda r: -r.priority)
 

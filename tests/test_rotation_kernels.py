@@ -237,3 +237,75 @@ def test_list_kernels_on_the_command_line(register: Any, capsys: pytest.CaptureF
     assert main(["list", "--kernels", "--format", "json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["stand-in"]["active"] is True and rows["stand-in"]["plugin"]["name"] == "kernels-under-test"
+
+
+class ZeroSign(Generic):
+    name = "wrong-zero-sign"
+
+    def rotate(self, x: Any, cos: Any, sin: Any, *, layout: str) -> Any:
+        out = apply_rotation(x, cos, sin, layout=layout, xp=_xp(x))  # type: ignore[arg-type]
+        xp = _xp(x)
+        return xp.where(out == 0, -out, out)  # the value, with a zero's sign flipped
+
+
+def test_a_kernel_flipping_a_zeros_sign_fails() -> None:
+    report = check_rotation_kernel(ZeroSign(), backends=BACKENDS[0])
+    assert any("differ from the generic rotation" in r.message for r in report.failures), \
+        str(report)
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="make_fx is torch's")
+def test_a_kernel_computing_outside_torchs_dispatcher_fails() -> None:
+    """A kernel answering plain CPU tensors through NumPy is invisible to make_fx (its answer is
+    frozen into the recorded graph): the check runs the graph on new values."""
+    import torch
+
+    class ThroughNumpy(Generic):
+        name = "through-numpy"
+
+        def rotate(self, x: Any, cos: Any, sin: Any, *, layout: str) -> Any:
+            if type(x) is not torch.Tensor or x.requires_grad or torch.compiler.is_compiling():
+                return None
+            try:
+                a, c, s = x.numpy(), cos.numpy(), sin.numpy()
+            except (RuntimeError, TypeError):
+                return None
+            return torch.from_numpy(apply_rotation(a, c, s, layout=layout))  # type: ignore[arg-type]
+
+    report = check_rotation_kernel(ThroughNumpy(), backends="torch")
+    assert any("make_fx" in r.message for r in report.failures), str(report)
+
+
+def test_a_kernel_with_a_tolerance_is_used_only_when_allowed(
+        register: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Close(Generic):
+        name = "within-two-ulps"
+        ulps = 2
+
+    register(Close())
+    row = next(k for k in per.rope.kernels() if k.name == "within-two-ulps")
+    assert not row.active and "PEREGISTRY_KERNEL_ULPS=2" in row.status
+    monkeypatch.setenv("PEREGISTRY_KERNEL_ULPS", "2")
+    per.rope.clear_caches()
+    assert next(k for k in per.rope.kernels() if k.name == "within-two-ulps").active
+    monkeypatch.setenv("PEREGISTRY_KERNEL_ULPS", "two")
+    with pytest.raises(ValueError, match="PEREGISTRY_KERNEL_ULPS='two'"):
+        per.rope.kernels()
+
+
+def test_a_list_read_across_a_reset_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin registered while the active kernels are read: the list read is not kept."""
+    from peregistry.registry import default_registry
+    from peregistry.rope import _kernels
+
+    real = default_registry.rotation_kernels
+
+    def racing() -> Any:
+        rows = real()
+        _kernels.reset()  # what register()/unregister() in another thread does
+        return rows
+
+    _kernels.reset()
+    monkeypatch.setattr(default_registry, "rotation_kernels", racing)
+    _kernels.active()
+    assert _kernels.ACTIVE is None

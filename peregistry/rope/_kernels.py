@@ -31,6 +31,7 @@ empty :data:`ACTIVE`); an exception a kernel raises reaches the caller.
 
 from __future__ import annotations
 
+import _thread
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +57,9 @@ class RotationKernel(Protocol):
 #: The active kernels of the default registry, in the order tried; None until first read, and
 #: again after a plugin is registered or unregistered (the registry empties it).
 ACTIVE: tuple[Any, ...] | None = None
+#: How many times :data:`ACTIVE` was forgotten: a list read after a reset is not kept.
+_GENERATION = [0]
+_LOCK = _thread.allocate_lock()
 
 
 def active() -> tuple[Any, ...]:
@@ -67,15 +71,20 @@ def active() -> tuple[Any, ...]:
     if found is None:
         if dynamo_tracing():
             return ()
-        found = ACTIVE = tuple(k.kernel for k in default_services().rotation_kernels()
-                               if k.active)
+        seen = _GENERATION[0]
+        found = tuple(k.kernel for k in default_services().rotation_kernels() if k.active)
+        with _LOCK:  # not if a reset came meanwhile (a plugin registered or removed)
+            if _GENERATION[0] == seen:
+                ACTIVE = found
     return found
 
 
 def reset() -> None:
     """Forget :data:`ACTIVE` (the registry calls this when its plugins change)."""
     global ACTIVE
-    ACTIVE = None
+    with _LOCK:
+        ACTIVE = None
+        _GENERATION[0] += 1
 
 
 def kernels() -> list[KernelInfo]:

@@ -37,7 +37,8 @@ def materialize(*arrays: Any, constant: bool = True) -> tuple[Any, ...]:
     seen. Not under ``torch.export``: a saved program naming a peregistry op would not load in
     a process that has not defined it."""
     compiler = sys.modules["torch"].compiler  # (torch is imported: a dict read, not an import)
-    if not compiler.is_compiling() or compiler.is_exporting():
+    # (is_exporting: torch >= 2.6; before it, export is not told apart and takes the boundary)
+    if not compiler.is_compiling() or getattr(compiler, "is_exporting", bool)():
         return arrays
     if not constant:
         return _stacked(arrays)

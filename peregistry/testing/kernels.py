@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -131,7 +132,10 @@ def _compare(kernel: _Counting, backend: Any, x: Any, cos: Any, sin: Any, layout
     if backend.device(out) != backend.device(x):
         return f"{what}: out on {backend.device(out)}, x on {backend.device(x)}"
     got, ref = _to_numpy(backend, out), _to_numpy(backend, want)
-    bad = ~((got == ref) | (np.isnan(got) & np.isnan(ref)))
+    # Equal values with equal signs (a -0.0 for a 0.0 is a different bit pattern, and breaks
+    # 1/x and atan2 downstream); a NaN for a NaN, whatever its sign or payload (which IEEE 754
+    # leaves to the implementation of each operation).
+    bad = ~(((got == ref) & (np.signbit(got) == np.signbit(ref))) | (np.isnan(got) & np.isnan(ref)))
     if kernel.ulps and bad.any():
         eps = float(np.finfo(np.float32).eps) if "16" in str(out.dtype) or "32" in str(out.dtype) \
             else float(np.finfo(np.float64).eps)
@@ -314,8 +318,10 @@ def check_kernel_threads(kernel: _Counting, backend: Any) -> str | None:
 
     def work(i: int) -> None:
         rng = np.random.default_rng(100 + i)
-        x = backend.from_numpy(rng.standard_normal((2, 4, 64 + i, 32)).astype(np.float32))
-        c, s = _tables(rng, (64 + i, 16), np.float32)
+        # the last thread's x is big enough (2^19 elements) for a kernel's own worker threads
+        seq, dim = (64 + i, 32) if i < 7 else (512, 128)
+        x = backend.from_numpy(rng.standard_normal((2, 4, seq, dim)).astype(np.float32))
+        c, s = _tables(rng, (seq, dim // 2), np.float32)
         cos, sin = backend.from_numpy(c), backend.from_numpy(s)
         try:
             barrier.wait()
@@ -417,7 +423,8 @@ def _derivatives(kernel: _Counting, xp: Any, torch: Any, fwad: Any) -> str | Non
 @_check
 def check_kernel_compiled(kernel: _Counting, backend: Any) -> str | None:
     """Under ``torch.compile`` (fullgraph, static and dynamic shapes; with a gradient too) the
-    kernel's rotation gives eager's values and derivatives."""
+    kernel's rotation gives eager's values and derivatives, and a graph ``make_fx`` records of
+    it computes new inputs' rotations (the kernel ran through torch's dispatcher, or declined)."""
     if backend.name != "torch":
         return "-"
     import numpy as np
@@ -429,8 +436,11 @@ def check_kernel_compiled(kernel: _Counting, backend: Any) -> str | None:
     for layout in ("half", "interleaved"):
         fast = _via_kernel(kernel, layout, backend.namespace())
         for dynamic in (False, True):
-            torch._dynamo.reset()  # (a clean cache per variant: no stale guards)
-            compiled = torch.compile(fast, fullgraph=True, dynamic=dynamic, backend=compiler)
+            # a code object of its own per variant: Dynamo keeps its cache (and its limit of
+            # recompiles) per code object, and the caller's compiled code stays as it was
+            own = types.FunctionType(fast.__code__.replace(), fast.__globals__,
+                                     f"rotate_{layout}_{dynamic}", None, fast.__closure__)
+            compiled = torch.compile(own, fullgraph=True, dynamic=dynamic, backend=compiler)
             for seq in (7, 12):
                 x = torch.from_numpy(rng.standard_normal((2, seq, 32)).astype(np.float32))
                 c, s = (torch.from_numpy(a) for a in _tables(rng, (seq, 16), np.float32))
@@ -444,4 +454,14 @@ def check_kernel_compiled(kernel: _Counting, backend: Any) -> str | None:
                 _generic(xr, c, s, layout, backend.namespace()).sum().backward()
                 results.append(_close(xg.grad, xr.grad, f"torch.compile(dynamic={dynamic}) "
                                                         f"gradient, {layout}", kernel.ulps))
+        # make_fx records the ops torch's dispatcher sees: a kernel that computes outside it
+        # must decline there, or its answer is frozen into the graph as a constant
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        x1, x2 = (torch.from_numpy(rng.standard_normal((2, 9, 32)).astype(np.float32))
+                  for _ in range(2))
+        c, s = (torch.from_numpy(a) for a in _tables(rng, (9, 16), np.float32))
+        graph = make_fx(fast)(x1, c, s)
+        results.append(_close(graph(x2, c, s), _generic(x2, c, s, layout, backend.namespace()),
+                              f"make_fx's graph run on new values, {layout}", kernel.ulps))
     return _first(iter(results))
