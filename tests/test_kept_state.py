@@ -38,6 +38,7 @@ KEPT = {
     ("backends/builtin.py", "_BUILTIN"): "_BUILTIN",
     ("backends/_torch.py", "global _probe"): "_probe",
     ("rope/_kernels.py", "global ACTIVE"): "ACTIVE",
+    ("rope/_kernels.py", "_GENERATION"): "_GENERATION",
     ("_services.py", "global _default"): "_default",
     ("hf_config/_conventions.py", "_TABLE"): "_TABLE",
     # class attributes derived when a class is made (one row of the table)
