@@ -13,6 +13,7 @@ from peregistry.plugin import (
     LearnedParams,
     MultiAxisRotary,
     RotaryEncoder,
+    clip_distance,
     compute_dtype,
     cos_sin,
     distance,
@@ -125,7 +126,7 @@ class RefLearnedBias(LearnedParams, per.BiasEncoder):
 
     def _index(self, q: Any, k: Any, ctx: Ctx) -> Any:
         m = self.max_distance
-        return ctx.xp.clip(distance(q, k, ctx=ctx), -m, m) + m
+        return clip_distance(distance(q, k, ctx=ctx), -m, m, ctx=ctx) + m
 
     def _bias(self, q: Any, k: Any, *, params: Any, ctx: Ctx, dtype: Any) -> Any:
         out = gather(params["table"], self._index(q, k, ctx), axis=1, ctx=ctx)  # (H, ..., Q, K)
