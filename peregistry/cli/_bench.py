@@ -72,8 +72,11 @@ def kernels_line() -> str:
     for k in kernels():
         detail = [k.status]
         for attr in ("isa", "threads"):
-            value = getattr(k.kernel, attr, None)
-            value = value() if callable(value) else value
+            try:  # a plugin's code: what it cannot say is not printed, the bench goes on
+                value = getattr(k.kernel, attr, None)
+                value = value() if callable(value) else value
+            except Exception as exc:
+                value = f"unknown ({type(exc).__name__})"
             if value is not None:
                 detail.append(f"{attr} {value}")
         parts.append(f"{k.name} ({k.plugin.label}: {', '.join(detail)})")

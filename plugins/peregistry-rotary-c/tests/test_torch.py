@@ -314,3 +314,21 @@ def test_numpy_and_torch_answers_agree(kernel: CRotationKernel) -> None:
         b = kernel.rotate(x.numpy(), cos.numpy(), sin.numpy(), layout=layout)
         assert a is not None and b is not None
         np.testing.assert_array_equal(a.numpy(), b)
+
+
+def test_dispatch_modes_see_torchs_ops(kernel: CRotationKernel) -> None:
+    """Under make_fx (a dispatch mode) the kernel declines: a recorded graph computes new
+    inputs' rotations, not the traced one's answer."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None and not torch._C._is_torch_function_mode_enabled()
+    x1, x2 = randn(2, 8, 64, seed=1), randn(2, 8, 64, seed=2)
+    c, s = tables((8, 32), seed=3)
+
+    def f(x: Any) -> Any:
+        out = kernel.rotate(x, c, s, layout="half")
+        return generic(x, c, s, "half") if out is None else out
+
+    graph = make_fx(f)(x1)
+    assert_same_bits(graph(x2), generic(x2, c, s, "half"))

@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+import torch.utils._python_dispatch
 
 from . import _numpy
 from .kernel import TORCH_PATH, load
@@ -47,6 +48,7 @@ KERNEL_DTYPES = frozenset((xd, wd) for xd in (torch.float32, torch.float64, torc
                           for wd in (torch.float32, torch.float64))
 
 _fwad = torch.autograd.forward_ad
+_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 _functorch = getattr(torch._C, "_functorch", None)
 #: ``torch._C._functorch.get_dynamic_layer_stack_depth`` (None if this torch lacks it).
 _functorch_depth = getattr(_functorch, "get_dynamic_layer_stack_depth", None)
@@ -59,6 +61,14 @@ def _dual_level_open(x: Any, cos: Any, sin: Any) -> bool:
         return bool(level >= 0)
     # (a torch without the private level: ask each tensor, publicly)
     return any(_fwad.unpack_dual(t).tangent is not None for t in (x, cos, sin))
+
+
+def _modes_active() -> bool:
+    """Whether a ``TorchDispatchMode`` (``make_fx``, FLOP counters, ...) or a torch-function mode
+    is active: they see torch's ops, and a rotation computed in C would be hidden from them
+    (``make_fx`` would record its answer as a constant). Private names of torch, asserted to
+    exist by tests/test_torch.py."""
+    return bool(_dispatch_mode() is not None or torch._C._is_torch_function_mode_enabled())
 
 
 def derivative_possible(x: Any, cos: Any, sin: Any) -> bool:
@@ -80,7 +90,7 @@ def rotate_eager(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bo
     """Eager: the kernel's rotation of ``x``, or None (see the module)."""
     tensor = torch.Tensor
     if (type(x) is not tensor or type(cos) is not tensor or type(sin) is not tensor
-            or derivative_possible(x, cos, sin) or torch.jit.is_tracing()
+            or derivative_possible(x, cos, sin) or torch.jit.is_tracing() or _modes_active()
             or not (x.is_cpu and cos.is_cpu and sin.is_cpu)
             or x.is_neg() or cos.is_neg() or sin.is_neg()):
         return None
@@ -100,7 +110,9 @@ def rotate_eager(module: ModuleType, x: Any, cos: Any, sin: Any, interleaved: bo
     out = _numpy.run(module, xv, cv, sv, interleaved, PLANS, bf16, torch.get_num_threads)
     if out is None:
         return None
-    # (allocated by NumPy, then wrapped: a third of torch.empty_like's cost on a decode step)
+    # Allocated by NumPy, then wrapped: a third of torch.empty_like's cost on a decode step.
+    # (Its storage is NumPy's, so it cannot be resized in place: resize_() raises, as it does
+    # on any tensor that ever gave a NumPy view; README, "Limits".)
     result = torch.from_numpy(out)
     return result.view(torch.bfloat16) if bf16 else result
 

@@ -93,6 +93,12 @@ class CRotationKernel:
         """``"active"``, or why not: ``"not built (...)"``, ``"off (PEREGISTRY_NATIVE=0)"``."""
         return kernel_status()
 
+    def isa(self) -> str | None:
+        """The instruction set the extension chose at import (``avx512``, ``avx2`` or
+        ``baseline``; ``peregistry bench`` prints it), or None without the extension."""
+        module = load()
+        return None if module is None else str(module.ISA)
+
     def threads(self) -> str:
         """The threads a large rotation runs on (``peregistry bench`` prints it): NumPy arrays
         on :func:`numpy_threads`, torch tensors on ``torch.get_num_threads()`` (read at each
