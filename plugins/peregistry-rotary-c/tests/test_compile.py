@@ -228,3 +228,26 @@ def test_compiles_where_only_pt2_compliant_ops_are_allowed(kernel: CRotationKern
     seen, backend = counting()
     got = torch.compile(lambda v: rot(v, cos, sin, "interleaved"), backend=backend, fullgraph=True)(x)
     assert seen == [1] and torch.equal(got, rot(x, cos, sin, "interleaved"))
+
+
+_COMPILED_FIRST = r"""
+import torch, peregistry as per
+enc = per.get_encoder("rotary", dim=128, layout="interleaved")
+f = torch.compile(lambda v: enc.rotate(v), fullgraph=True, backend="aot_eager")
+x = torch.randn(1, 8, 512, 128, generator=torch.Generator().manual_seed(0))
+y = f(x)  # before any eager torch rotation: the kernel's torch path imported eagerly by then
+assert torch.equal(y, enc.rotate(x))
+print("ok")
+"""
+
+
+def test_a_model_compiled_before_any_eager_call() -> None:
+    """The kernel's torch path is imported when the core asks the kernel's status (an encoder
+    is made), not first while Dynamo traces: that import fills a dict Dynamo guards ("Guard
+    failed on the same frame it was created")."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _COMPILED_FIRST], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -90,8 +90,14 @@ class CRotationKernel:
     ulps = 0
 
     def status(self) -> str:
-        """``"active"``, or why not: ``"not built (...)"``, ``"off (PEREGISTRY_NATIVE=0)"``."""
-        return kernel_status()
+        """``"active"``, or why not: ``"not built (...)"``, ``"off (PEREGISTRY_NATIVE=0)"``.
+        Asked by the core before its first rotation (when a rotary encoder is made): with torch
+        imported, the torch path is imported now, eagerly, not first inside a compiled region
+        (Dynamo guards on :data:`TORCH_PATH`, which that import fills)."""
+        status = kernel_status()
+        if status == "active" and "torch" in sys.modules and "torch" not in TORCH_PATH:
+            from . import _torch  # noqa: F401  (registers itself in TORCH_PATH)
+        return status
 
     def isa(self) -> str | None:
         """The instruction set the extension chose at import (``avx512``, ``avx2`` or
@@ -128,7 +134,11 @@ class CRotationKernel:
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(x, torch.Tensor):
             path: Any = TORCH_PATH.get("torch")
-            if path is None:  # first torch call (also under Dynamo, which runs the import)
+            if path is None:
+                if torch.compiler.is_compiling():
+                    # (importing fills TORCH_PATH, which Dynamo guards: not while it traces;
+                    # status() imports it eagerly once torch is imported)
+                    return None
                 from . import _torch as path
             return path.rotate(module, x, cos, sin, interleaved)
         return None
