@@ -87,3 +87,22 @@ def rotate_at_once(kernel: CRotationKernel, jobs: list[tuple[Any, Any, Any, str,
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+@pytest.fixture
+def threads_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread count the extension is given at each call (a spy around its ``rotate``)."""
+    from peregistry_rotary_c import kernel as kmod
+
+    real: Any = kmod.load()
+    assert real is not None
+    seen: list[int] = []
+
+    class Spy:
+        @staticmethod
+        def rotate(*args: Any) -> int:
+            seen.append(args[12])
+            return int(real.rotate(*args))
+
+    monkeypatch.setattr(kmod.STATE, "module", Spy)
+    return seen

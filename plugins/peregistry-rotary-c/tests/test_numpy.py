@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from peregistry_rotary_c import CRotationKernel, _numpy
-from peregistry_rotary_c import kernel as kmod
 from peregistry_rotary_c.kernel import numpy_threads
 
 from conftest import LAYOUTS, assert_same_bits, generic, rotate_at_once
@@ -164,21 +163,11 @@ def test_numpy_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -
         assert numpy_threads() == want, value
 
 
-def test_the_extension_is_given_those_threads(kernel: CRotationKernel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_extension_is_given_those_threads(kernel: CRotationKernel, monkeypatch: pytest.MonkeyPatch,
+                                               threads_seen: list[int]) -> None:
     """A large array is rotated on OMP_NUM_THREADS threads; a small one on one, without reading
     the variable."""
-    loaded = kmod.load()
-    assert loaded is not None
-    real: Any = loaded
-    seen: list[int] = []
-
-    class Spy:
-        @staticmethod
-        def rotate(*args: Any) -> int:
-            seen.append(args[12])
-            return int(real.rotate(*args))
-
-    monkeypatch.setattr(kmod.STATE, "module", Spy)
+    seen = threads_seen
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     rng = np.random.default_rng(6)
     big = rng.standard_normal((1, 8, 512, 64)).astype(np.float32)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from peregistry_rotary_c import CRotationKernel
-from peregistry_rotary_c import kernel as kmod
 
 from conftest import LAYOUTS, assert_same_bits, generic, rotate_at_once
 
@@ -80,19 +79,8 @@ def test_prefill_on_threads(kernel: CRotationKernel) -> None:
         torch.set_num_threads(old)
 
 
-def test_the_extension_is_given_torch_threads(kernel: CRotationKernel, monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = kmod.load()
-    assert loaded is not None
-    real: Any = loaded
-    seen: list[int] = []
-
-    class Spy:
-        @staticmethod
-        def rotate(*args: Any) -> int:
-            seen.append(args[12])
-            return int(real.rotate(*args))
-
-    monkeypatch.setattr(kmod.STATE, "module", Spy)
+def test_the_extension_is_given_torch_threads(kernel: CRotationKernel, threads_seen: list[int]) -> None:
+    seen = threads_seen
     x = randn(1, 8, 512, 64)
     cos, sin = tables((512, 32))
     old = torch.get_num_threads()
