@@ -13,7 +13,7 @@ Plugins (the built-in families included) load on the first registry question, no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._attention_mask import positions_from_attention_mask
 from ._hooks import hookimpl, hookspec
@@ -22,6 +22,18 @@ from .encoders.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedd
 from .errors import EncoderNotFoundError, PluginConflictError, PluginError
 from .registry import EncoderInfo, PluginInfo, default_registry
 from .rope.encoder import RotaryEncoder
+
+if TYPE_CHECKING:  # the built-in families' classes, the types of their names below
+    from .encoders.dual_chunk import DualChunkRotary
+    from .encoders.fire import Fire
+    from .encoders.fope import FoPE
+    from .encoders.kerple import Kerple
+    from .encoders.learned import Learned, Learned2D
+    from .encoders.mrope import MRope
+    from .encoders.relative import ALiBi, Shaw, T5Bias, TransformerXL
+    from .encoders.rotary import Rotary
+    from .encoders.sinusoidal import Sinusoidal
+    from .encoders.xpos import XPos
 
 __version__ = "0.2.0"
 
@@ -50,9 +62,74 @@ __all__ = [
 ]
 
 
-#: ``get_encoder(name, /, **options)``: the encoder registered as ``name`` in the default
-#: registry (:meth:`peregistry.registry.Registry.get_encoder`).
-get_encoder = default_registry.get_encoder
+_E = TypeVar("_E", bound=Encoder)
+
+
+# A built-in name gives its family's class, a kind (an Encoder subclass) that type.
+@overload
+def get_encoder(name: Literal["sinusoidal"], /, **options: Any) -> Sinusoidal: ...
+@overload
+def get_encoder(name: Literal["learned"], /, **options: Any) -> Learned: ...
+@overload
+def get_encoder(name: Literal["learned-2d"], /, **options: Any) -> Learned2D: ...
+@overload
+def get_encoder(name: Literal["rotary"], /, **options: Any) -> Rotary: ...
+@overload
+def get_encoder(name: Literal["mrope"], /, **options: Any) -> MRope: ...
+@overload
+def get_encoder(name: Literal["xpos"], /, **options: Any) -> XPos: ...
+@overload
+def get_encoder(name: Literal["fope"], /, **options: Any) -> FoPE: ...
+@overload
+def get_encoder(name: Literal["dual-chunk"], /,
+                **options: Any) -> DualChunkRotary: ...
+@overload
+def get_encoder(name: Literal["t5"], /, **options: Any) -> T5Bias: ...
+@overload
+def get_encoder(name: Literal["alibi"], /, **options: Any) -> ALiBi: ...
+@overload
+def get_encoder(name: Literal["kerple"], /, **options: Any) -> Kerple: ...
+@overload
+def get_encoder(name: Literal["fire"], /, **options: Any) -> Fire: ...
+@overload
+def get_encoder(name: Literal["shaw"], /, **options: Any) -> Shaw: ...
+@overload
+def get_encoder(name: Literal["transformer-xl"], /,
+                **options: Any) -> TransformerXL: ...
+@overload
+def get_encoder(name: str, kind: type[_E], /, **options: Any) -> _E: ...
+@overload
+def get_encoder(name: str, /, **options: Any) -> Encoder: ...
+def get_encoder(name: str, kind: type[Encoder] | None = None, /, **options: Any) -> Encoder:
+    """The encoder registered as ``name`` in the default registry, built with keyword-only
+    ``options`` (validated now): :meth:`peregistry.registry.Registry.get_encoder`.
+
+    ``kind``, a class (:class:`RotaryEncoder`, a plugin's own class), says what the encoder
+    must be an instance of: another raises ``TypeError`` naming both, and a type checker gives
+    the result that type (``get_encoder("my-rope", per.RotaryEncoder, dim=64)``). Without it,
+    a built-in name has its family's type (``get_encoder("rotary")`` is a ``Rotary``, a
+    :class:`RotaryEncoder`), any other name :class:`Encoder`.
+
+    An unknown name raises :class:`~peregistry.EncoderNotFoundError` listing close matches
+    and known names; a name claimed by two plugins raises
+    :class:`~peregistry.PluginConflictError` naming both.
+
+    >>> import numpy as np
+    >>> import peregistry as per
+    >>> enc = per.get_encoder("rotary", dim=8)
+    >>> enc.name, enc.kind, enc.options["theta"]
+    ('rotary', 'rotary', 10000.0)
+    >>> per.get_encoder("sinusoidal", dim=8).encode(np.arange(4)).shape
+    (4, 8)
+    >>> per.get_encoder("alibi", per.RotaryEncoder, num_heads=8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: encoder 'alibi' is a ...ALiBi (kind 'bias'), not a ...RotaryEncoder as kind=RotaryEncoder asks
+    """
+    if kind is not None:  # (checked before the options are)
+        from ._kinds import check_kind
+
+        check_kind(name, default_registry.encoder_class(name), kind)
+    return default_registry.get_encoder(name, **options)
 
 
 def list_encoders() -> list[EncoderInfo]:
@@ -95,13 +172,21 @@ def convert(params: Any, xp: Any, device: Any = None) -> Any:
     return _convert(params, xp, device)
 
 
-def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encoder:
+@overload
+def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: type[_E]) -> _E: ...
+@overload
+def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: None = None) -> Encoder: ...
+def from_hf_config(config: Any, *, layer_type: str | int | None = None,
+                   kind: type[Encoder] | None = None) -> Encoder:
     """The encoder that reproduces a Hugging Face model's positional encoding, from its
     ``PretrainedConfig`` or the dict of its ``config.json`` (transformers is not imported).
 
     ``layer_type`` names a layer type (``"sliding_attention"``; T5's ``"encoder"`` or
     ``"decoder"``) or a layer index, for models whose layers differ. See
-    :mod:`peregistry.hf_config` and docs/porting.md.
+    :mod:`peregistry.hf_config` and docs/porting.md. ``kind``, a class, is what the encoder
+    must be an instance of, as in :func:`get_encoder`:
+    ``from_hf_config(config, kind=per.RotaryEncoder)`` has the type :class:`RotaryEncoder`
+    (most models) and raises ``TypeError`` for a T5 or ALiBi model.
 
     >>> import peregistry as per
     >>> config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
@@ -112,4 +197,9 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     """
     from .hf_config import from_hf_config as _from_hf_config
 
-    return _from_hf_config(config, layer_type=layer_type)
+    enc = _from_hf_config(config, layer_type=layer_type)
+    if kind is not None:
+        from ._kinds import check_kind
+
+        check_kind(enc.name, type(enc), kind)
+    return enc
