@@ -94,7 +94,10 @@ class Bench:
 
     def copier(self, a: Any) -> Callable[[], Any]:
         """The cheapest full copy of ``a``: the array's own ``copy`` (NumPy, JAX) or ``clone``
-        (PyTorch) method, else the standard's ``asarray(a, copy=True)``."""
+        (PyTorch) method, else the standard's ``asarray(a, copy=True)``. ``a`` must hold
+        written values, as the inputs of ours do: NumPy's ``zeros`` of a large array maps pages
+        it never writes, whose copy reads one shared zero page from cache (0.81x the CPU time of
+        copying written values: docs/benchmarks.md, issue 43)."""
         name = next((m for m in ("copy", "clone") if callable(getattr(a, m, None))), None)
         if name is not None and not self.backend.runs_jitted:
             return getattr(a, name)  # type: ignore[no-any-return]
@@ -124,7 +127,7 @@ class Bench:
         ours_c, hand_c = self.compiled(ours), self.compiled(hand)
         h_args = args if hand_args is None else hand_args
         out = ready(ours_c(*args))
-        copy = self.copier(self.xp.zeros(tuple(out.shape), dtype=out.dtype))
+        copy = self.copier(out)  # (ours' result: out's shape and dtype, written values)
         return Case(lambda: ready(ours_c(*args)), lambda: ready(hand_c(*h_args)),
                     lambda: ready(copy()), shape)
 
@@ -197,7 +200,7 @@ def _bench_rotary_decode(b: Bench, quick: bool) -> Case:
     ready = b.backend.block_until_ready  # (one program per call where compiled: its last output)
     ours_c, hand_c = b.compiled(ours), b.compiled(hand)
     ready(ours_c(qs, ks, pos)[-1][-1])
-    copy = b.copier(xp.zeros((layers, 1, 40, 1, 128), dtype=b.float32))
+    copy = b.copier(b.randn((layers, 1, 40, 1, 128)))
     return Case(lambda: ready(ours_c(qs, ks, pos)[-1][-1]),
                 lambda: ready(hand_c(qs, ks, fpos)[-1][-1]), lambda: ready(copy()),
                 f"{layers} layers x (1x32x1x128, 1x8x1x128) f32")
@@ -263,7 +266,7 @@ def _bench_dual_chunk(b: Bench, quick: bool) -> Case:
     ready = b.backend.block_until_ready  # (one program per call where compiled: its last output)
     ours_c, hand_c = b.compiled(ours), b.compiled(hand)
     ready(ours_c(q, k)[-1])
-    copy = b.copier(xp.zeros((5 * h + kv, s, d), dtype=b.float32))
+    copy = b.copier(b.randn((5 * h + kv, s, d)))
     return Case(lambda: ready(ours_c(q, k)[-1]), lambda: ready(hand_c(q, k)[-1]),
                 lambda: ready(copy()), f"q 1x{h}x{s}x{d}, k 1x{kv}x{s}x{d} f32")
 
