@@ -187,13 +187,42 @@ def test_unknown_argument_of_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # -- list -----------------------------------------------------------------------------------------
+def list_cells(out: str) -> dict[str, dict[str, str]]:
+    """``peregistry list``'s text table: each row's cells by column name, keyed by its name
+    (the columns start where the rule's dashes do)."""
+    header, rule, *rows = out.splitlines()
+    starts = [i for i, c in enumerate(rule) if c == "-" and (i == 0 or rule[i - 1] == " ")]
+    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    table = {}
+    for row in rows:
+        if row.startswith(" ") or not row.strip() or row[0].isdigit():
+            continue  # a note under a row, the count line
+        cells = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        table[cells[0]] = dict(zip(names, cells, strict=True))
+    return table
+
+
 def test_list_text(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "list")
     assert code == 0
-    header, _rule, *rows = out.splitlines()
-    assert header.split() == ["name", "kind", "plugin", "status"]
-    row = next(r for r in rows if r.startswith("sinusoidal "))
-    assert row.split() == ["sinusoidal", "absolute", "peregistry", per.__version__, "ok"]
+    assert out.splitlines()[0].split() == ["name", "kind", "plugin", "status", "summary"]
+    row = list_cells(out)["sinusoidal"]
+    assert row == {"name": "sinusoidal", "kind": "absolute",
+                   "plugin": f"peregistry {per.__version__}", "status": "ok",
+                   "summary": per.get_encoder("sinusoidal", dim=8).summary}
+
+
+def test_list_shows_each_encoders_summary(capsys: pytest.CaptureFixture[str],
+                                          test_encoders: None) -> None:
+    """The summary column is each encoder's ``summary``: by default its docstring's first line
+    (docs/plugins.md), a plugin's too."""
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    cells = list_cells(out)
+    assert cells["cli-kitchen"]["summary"] == (Kitchen.__doc__ or "").partition("\n")[0]
+    assert cells["cli-kitchen"]["summary"].startswith("Test encoder with an option")
+    for info in per.list_encoders():
+        assert info.summary and cells[str(info.name)]["summary"] == info.summary
 
 
 def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,9 +242,9 @@ def test_list_shows_in_process_plugins(capsys: pytest.CaptureFixture[str],
                                        test_encoders: None) -> None:
     code, out, _ = run(capsys, "list")
     assert code == 0
-    row = next(r for r in out.splitlines() if r.startswith("cli-kitchen "))
-    assert "cli-test-plugin (in-process)" in row
-    assert row.split()[-1] == "ok"
+    row = list_cells(out)["cli-kitchen"]
+    assert row["plugin"] == "cli-test-plugin (in-process)"
+    assert row["status"] == "ok"
 
 
 def test_list_shows_a_broken_plugin_with_its_error(capsys: pytest.CaptureFixture[str],
@@ -224,9 +253,9 @@ def test_list_shows_a_broken_plugin_with_its_error(capsys: pytest.CaptureFixture
     assert code == 0
     lines = out.splitlines()
     i = next(i for i, r in enumerate(lines) if broken_plugin in r)
-    assert lines[i].split()[-1] == "error"
+    assert lines[i].split()[-1] == "error"  # (no summary)
     assert "the plugin exploded on purpose" in lines[i + 1]
-    assert any(r.startswith("sinusoidal ") and r.split()[-1] == "ok" for r in lines)
+    assert list_cells(out)["sinusoidal"]["status"] == "ok"
 
     code, out, _ = run(capsys, "list", "--format", "json")
     assert code == 0

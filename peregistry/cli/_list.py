@@ -1,5 +1,5 @@
-"""``peregistry list``: every registered encoder, with its plugin and status, broken plugins
-included (with their error); imports no array framework."""
+"""``peregistry list``: every registered encoder, with its plugin, status and summary, broken
+plugins included (with their error); imports no array framework."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _info_json(info: EncoderInfo) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
-    """``peregistry list``: every encoder and every broken plugin (exit 0 even then)."""
+    """``peregistry list``: every encoder (with its summary) and every broken plugin (exit 0
+    even then)."""
     from .. import list_encoders
 
     if args.kernels:
@@ -40,9 +41,9 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         dump_json([_info_json(i) for i in infos], out)
         return 0
     rows = [(i.name if i.name is not None else f"({i.plugin.name})", i.kind or "-",
-             i.plugin.label, i.status) for i in infos]
+             i.plugin.label, i.status, i.summary or "") for i in infos]
     notes = [i.error if i.status != "ok" else None for i in infos]
-    out.write(table(("name", "kind", "plugin", "status"), rows, notes) + "\n")
+    out.write(table(("name", "kind", "plugin", "status", "summary"), rows, notes) + "\n")
     n_bad = sum(i.status != "ok" for i in infos)
     n_named = len({i.name for i in infos if i.name is not None})
     out.write(f"{n_named} encoder{'s' if n_named != 1 else ''}"
@@ -77,7 +78,9 @@ COMMAND = Command(
     help="every registered encoder (or, with --kernels, rotation kernel), with its plugin and "
          "status",
     description="Every registered encoder: name, kind, plugin, status (ok, error, conflict, "
-                "disabled); plugins that failed to load are listed with their error.",
+                "disabled) and summary (the encoder's summary attribute, by default the first "
+                "line of its class docstring); plugins that failed to load are listed with "
+                "their error.",
     add_arguments=_add_arguments,
     run=run,
 )
