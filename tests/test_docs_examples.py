@@ -1,16 +1,14 @@
 """Every plugin example in README.md and docs/*.md passes the full conformance suite on every
 selected backend (``PEREGISTRY_BACKENDS``).
 
-A plugin example is a ``python`` code block that defines an ``Encoder`` subclass with a
-``name``. The python blocks of one document that define classes run in order in one fresh
-namespace (a reader follows a page top to bottom: a later block may use the imports of an
-earlier one); each encoder class found is instantiated directly (no entry point) with its
-``example_options()``, with ``dim=16`` (as the documents' test lines) where ``dim`` is
-required, and checked with
-``check_encoder``.
-
-A block that is deliberately not runnable is marked by an HTML comment on the line before its
-fence: ``<!-- no-check: reason -->``; the reason is shown in the skip. No block needs it today.
+The blocks come from Sybil's parse of each page (its Markdown python-block parser, the one
+tests_docs/ runs every block with, invisible setup blocks included). A plugin example is a python
+block that defines an ``Encoder`` subclass with a ``name``. The blocks of one page that define
+classes run in order in one fresh namespace (a later block may use the imports of an earlier one);
+each encoder class found is instantiated directly (no entry point) with its
+``example_options()``, with ``dim=16`` (as the documents' test lines) where ``dim`` is required,
+and checked with ``check_encoder``. A block marked ``<!-- skip: next "why" -->`` (Sybil's
+directive) is skipped here too, with its reason.
 """
 
 from __future__ import annotations
@@ -27,23 +25,28 @@ import peregistry as per
 from peregistry.testing import check_encoder
 from peregistry.testing._core import selected_backends
 
+sybil = pytest.importorskip("sybil", reason="the docs' blocks are parsed by sybil (the test extra)")
+markdown = pytest.importorskip("sybil.parsers.markdown")
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-NO_CHECK = re.compile(r"<!--\s*no-check:\s*(.*?)\s*-->\s*$")
 DEFINES_CLASS = re.compile(r"^class \w+\(", re.M)
+# shell blocks are parsed (never run here) so that a skip directive marks the block it stands before
+PARSER = sybil.Sybil(parsers=[markdown.PythonCodeBlockParser(), markdown.SkipParser(),
+                              *(markdown.CodeBlockParser(lang, lambda example: None) for lang in ("bash", "console"))],
+                     path=str(ROOT))
 
 
 def _blocks(doc: Path) -> list[tuple[int, str, str | None]]:
-    """(line, code, no-check reason) of each python block of ``doc`` that defines a class."""
-    text = doc.read_text()
+    """(line, code, skip reason) of each python block of ``doc`` that defines a class."""
     out = []
-    for m in BLOCK.finditer(text):
-        if not DEFINES_CLASS.search(m.group(1)):
-            continue
-        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        marker = NO_CHECK.search(before)
-        out.append((text[:m.start()].count("\n") + 1, m.group(1), marker and marker.group(1)))
+    examples = list(PARSER.parse(doc).examples())
+    for i, example in enumerate(examples):
+        if not isinstance(example.parsed, str) or not DEFINES_CLASS.search(example.parsed):
+            continue  # a skip directive, a doctest, or no class
+        before = examples[i - 1].parsed if i else None
+        reason = before[1] or "marked skip" if isinstance(before, tuple) and before[0] == "next" else None
+        out.append((example.line, str(example.parsed), reason))
     return out
 
 
@@ -59,10 +62,10 @@ def _examples() -> list[Any]:
             where = f"{doc.relative_to(ROOT)}:{line}"
             if reason is not None:
                 params.append(pytest.param(where, None, id=where, marks=pytest.mark.skip(
-                    reason=f"marked no-check: {reason}")))
+                    reason=f"marked skip: {reason}")))
                 continue
             before = set(namespace)
-            exec(compile(code, where, "exec"), namespace)  # our own documentation
+            exec(compile("\n" * line + code, str(doc), "exec"), namespace)  # our own documentation
             for name, obj in namespace.items():
                 if (name not in before and isinstance(obj, type) and issubclass(obj, per.Encoder)
                         and bool(getattr(obj, "name", None))):
