@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._services import current_services
+from .kinds._services import current_services
 
 if TYPE_CHECKING:
-    from ._services import Services
+    from .kinds._services import Services
 
 
 def convert(params: Any, xp: Any, device: Any = None) -> Any:

@@ -10,17 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from ._markers import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from .backends._base import Backend
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
-PROJECT = "peregistry"
-
-hookspec = pluggy.HookspecMarker(PROJECT)
-#: Marker for plugin hook implementations: ``@peregistry.hookimpl``.
-hookimpl = pluggy.HookimplMarker(PROJECT)
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
 
 
 @hookspec

@@ -4,7 +4,7 @@ plugin is recorded with its error and never stops the others.
 :func:`load_entry_points` imports the modules of the ``peregistry`` entry point group, honouring
 the environment switches (``PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD``, ``PEREGISTRY_LOAD_PLUGINS``,
 ``PEREGISTRY_DISABLED_PLUGINS``); :func:`collect` calls every plugin's hooks on its own and
-checks what each returns, into a :class:`~peregistry._records.Snapshot`.
+checks what each returns, into a :class:`~peregistry._snapshot.Snapshot`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import peregistry._hooks as _hooks
 from ._records import (
     BUILTIN_FAMILIES,
     PluginInfo,
-    Snapshot,
     describe,
     failed,
     is_builtin,
     normalize_dist,
 )
+from ._snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
 __all__ = ["ENTRY_POINT_GROUP", "ENV_KERNEL_ULPS", "PluginManager", "allowed_ulps", "collect",
            "encoder_plugin", "load_entry_points", "provides_nothing", "register_plugin"]
@@ -233,7 +233,7 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo],
     get an ``error`` record in the snapshot (``known`` is not changed). The encoders of the
     built-in families not imported yet (``lazy``: plugin name -> entry point) are entries whose
     class ``load_family(plugin name, encoder name)`` gives when first asked for."""
-    from ._records import Entry
+    from ._snapshot import Entry
 
     snap = Snapshot()
     plugins = dict(known)
@@ -268,8 +268,8 @@ def collect(pm: pluggy.PluginManager, known: dict[str, PluginInfo],
 
 def check_encoder_class(obj: Any) -> str | None:
     """Why ``obj`` is not a registrable encoder class, or None if it is."""
-    from .encoders._declaration import KINDS, check_defaults
-    from .encoders.base import Encoder
+    from .kinds._declaration import KINDS, check_defaults
+    from .kinds.base import Encoder
 
     if not (isinstance(obj, type) and issubclass(obj, Encoder)):
         return f"{obj!r}, not an Encoder subclass"
@@ -354,7 +354,7 @@ class _EncoderClassPlugin:
 
 def encoder_plugin(plugin: object) -> object:
     """``plugin``, or for an encoder class the plugin providing it."""
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
     if isinstance(plugin, type) and issubclass(plugin, Encoder):
         return _EncoderClassPlugin(plugin)
@@ -363,7 +363,7 @@ def encoder_plugin(plugin: object) -> object:
 
 def provides_nothing(plugin: object, name: str) -> str:
     """Why ``plugin`` (with no hookimpl) is refused, and what to pass instead."""
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
     hooks = ", ".join(n for n, f in vars(_hooks).items() if hasattr(f, f"{_hooks.PROJECT}_spec"))
     what = f"{plugin!r}"[:200]

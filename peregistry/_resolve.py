@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .encoders.base import Encoder
+from .kinds.base import Encoder
 from .registry import default_registry
 
 __all__ = ["encoder_from"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
 __all__ = [
     "PLOTS",

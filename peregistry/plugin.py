@@ -99,10 +99,11 @@ from __future__ import annotations
 
 from ._hooks import hookimpl, hookspec
 from ._options import Option
-from .backends._base import Backend
-from .encoders.base import AbsoluteEncoder, BiasEncoder, Ctx, Encoder, RelativeEmbedding
+from .backends._base import Backend, Ctx
 from .encoders.learned_params import LearnedParams, init_params
 from .encoders.pairs import clip_distance, compute_dtype, distance, gather, index_dtype
+from .kinds.base import AbsoluteEncoder, Encoder
+from .kinds.pairs import BiasEncoder, RelativeEmbedding
 from .rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary, angles, cos_sin
 
 __all__ = [

@@ -57,13 +57,13 @@ from ._records import (
     EncoderInfo,
     KernelInfo,
     PluginInfo,
-    Snapshot,
     conflict_message,
     describe,
     is_builtin,
 )
 from ._services import _current as _current_services
 from ._services import set_default_services
+from ._snapshot import Snapshot
 from .errors import EncoderNotFoundError, PluginConflictError, PluginError
 
 if TYPE_CHECKING:

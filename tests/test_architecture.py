@@ -1,7 +1,9 @@
 """The house rules of docs/architecture.md, checked on the source: no import circles inside
-``peregistry`` (imports under ``if TYPE_CHECKING:`` aside, as they never run), no module over 450
-lines, no function over 80, and nothing rotary in the backend adapters (they hold only what the
-Array API standard lacks; the rotary fast paths live behind ``peregistry/rope/_delegation.py``)."""
+``peregistry``, of modules or of packages, type-only imports included (they tie two files together
+for the reader); the layers below the registry (foundations, kinds, engine, families) import only
+downwards; no module over 450 lines, no function over 80, and nothing rotary in the backend
+adapters (they hold only what the Array API standard lacks; the rotary fast paths live behind
+``peregistry/rope/_delegation.py``)."""
 
 from __future__ import annotations
 
@@ -26,12 +28,37 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _runtime_imports(tree: ast.Module, name: str, is_package: bool, known: set[str]) -> set[str]:
+#: The layers below the registry, lowest first: a module of a layer imports ``peregistry``
+#: modules of its own layer or lower ones only (type-only imports included). Everything else
+#: (the registry, the suite, the tools, the integrations) sits above and may import them all.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("foundations", frozenset({"peregistry.errors", "peregistry._options", "peregistry._markers",
+                               "peregistry._records", "peregistry._jax_eager",
+                               "peregistry.backends"})),
+    ("kinds", frozenset({"peregistry.kinds"})),
+    ("engine", frozenset({"peregistry.rope"})),
+    ("families", frozenset({"peregistry.encoders"})),
+)
+
+
+def _package(module: str) -> str:
+    """``peregistry.rope._tables`` -> ``peregistry.rope``; a top-level module is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def _layer(module: str) -> int | None:
+    package = _package(module)
+    return next((i for i, (_, members) in enumerate(LAYERS) if package in members), None)
+
+
+def _runtime_imports(tree: ast.Module, name: str, is_package: bool, known: set[str],
+                     *, type_only: bool = False) -> set[str]:
     """Modules of ``peregistry`` that ``name`` imports when it runs (function bodies included,
-    ``if TYPE_CHECKING:`` blocks excluded)."""
+    ``if TYPE_CHECKING:`` blocks excluded unless ``type_only``)."""
     skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_only and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(
+                node.test):
             skip.update(id(n) for b in node.body for n in ast.walk(b))
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
@@ -94,12 +121,57 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_import_circles() -> None:
+def _graph(*, type_only: bool) -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
-    graph = {m: _runtime_imports(ast.parse(p.read_text()), m, p.name == "__init__.py", known)
-             for m, p in mods.items()}
-    assert _cycles(graph) == []
+    return {m: _runtime_imports(ast.parse(p.read_text()), m, p.name == "__init__.py", known,
+                                type_only=type_only)
+            for m, p in mods.items()}
+
+
+@pytest.mark.parametrize("type_only", [False, True], ids=["runtime", "type-only-included"])
+def test_no_import_circles(type_only: bool) -> None:
+    assert _cycles(_graph(type_only=type_only)) == []
+
+
+def test_no_package_circles() -> None:
+    """Packages (``peregistry.rope``, ``peregistry.kinds``, ...; a top-level module is its own)
+    import each other without a circle; ``peregistry`` itself, the face, re-exports them all."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in _graph(type_only=True).items():
+        if module == "peregistry":
+            continue
+        packages.setdefault(_package(module), set()).update(
+            _package(t) for t in targets if _package(t) not in (_package(module), "peregistry"))
+    assert _cycles(packages) == []
+
+
+def test_layers_import_downwards() -> None:
+    """Kinds below the engine below the families, none of them importing the registry: an
+    encoder module asks ``enc.services`` instead (docs/architecture.md)."""
+    wrong = []
+    for module, targets in _graph(type_only=True).items():
+        layer = _layer(module)
+        if layer is None:
+            continue
+        for t in sorted(targets):
+            there = _layer(t)
+            if there is None or there > layer:
+                wrong.append(f"{module} ({LAYERS[layer][0]}) imports {t} "
+                             f"({'above the layers' if there is None else LAYERS[there][0]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert _layer("peregistry.kinds.base") == 1 and _layer("peregistry.rope.encoder") == 2
+    assert _layer("peregistry.registry") is None
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                     "    from ..rope.encoder import RotaryEncoder\n")
+    known = {"peregistry", "peregistry.kinds", "peregistry.kinds.base", "peregistry.rope",
+             "peregistry.rope.encoder"}
+    assert _runtime_imports(tree, "peregistry.kinds.base", False, known) == set()
+    assert _runtime_imports(tree, "peregistry.kinds.base", False, known,
+                            type_only=True) == {"peregistry.rope.encoder"}
 
 
 def test_the_checker_finds_a_circle() -> None:
@@ -131,3 +203,4 @@ def test_backend_adapters_know_nothing_rotary() -> None:
             if isinstance(name, str) and ("rotar" in name.lower() or "rotat" in name.lower()):
                 found.append(f"{path.name}:{name}")
     assert not found, f"rotary names in backends/: {sorted(set(found))}"
+

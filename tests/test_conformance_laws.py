@@ -180,7 +180,7 @@ def test_an_override_around_super_passes(backend_name: str) -> None:
 
 
 def test_an_override_that_drops_the_dtype_is_stopped_naming_it(xp: Any) -> None:
-    from peregistry.encoders._declaration import OverrideError
+    from peregistry.kinds._declaration import OverrideError
 
     enc = LosesDtype()
     with pytest.raises(OverrideError, match=r"test-loses-dtype: LosesDtype\.encode \(an override "

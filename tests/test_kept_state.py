@@ -22,8 +22,8 @@ import pytest
 
 import peregistry as per
 from peregistry import _jax_eager
-from peregistry.encoders import base as encoders_base
 from peregistry.encoders.rotary import Rotary
+from peregistry.kinds import base as kinds_base
 from peregistry.rope import _kernels, _tables, clear_caches
 
 ROOT = Path(per.__file__).parent
@@ -34,16 +34,16 @@ DOCS = ROOT.parent / "docs" / "architecture.md"
 KEPT = {
     ("_jax_eager.py", "_jitted"): "_jitted",
     ("_jax_eager.py", "untraceable"): "untraceable",
-    ("encoders/base.py", "_DTYPE_KINDS"): "_DTYPE_KINDS",
+    ("kinds/base.py", "_DTYPE_KINDS"): "_DTYPE_KINDS",
     ("backends/builtin.py", "_BUILTIN"): "_BUILTIN",
     ("backends/_torch.py", "global _probe"): "_probe",
     ("rope/_kernels.py", "global ACTIVE"): "ACTIVE",
     ("rope/_kernels.py", "_GENERATION"): "_GENERATION",
-    ("_services.py", "global _default"): "_default",
+    ("kinds/_services.py", "global _default"): "_default",
     ("hf_config/_conventions.py", "_TABLE"): "_TABLE",
     # class attributes derived when a class is made (one row of the table)
-    ("encoders/base.py", "Encoder._option_specs"): "_option_specs",
-    ("encoders/base.py", "Encoder._defaults"): "_defaults",
+    ("kinds/base.py", "Encoder._option_specs"): "_option_specs",
+    ("kinds/base.py", "Encoder._defaults"): "_defaults",
     ("rope/scalings/base.py", "RopeScaling.parameters"): "parameters",
 }
 #: The ``parameters`` each built-in scaling type declares in its class body (named by
@@ -65,8 +65,8 @@ CONSTANT = {
     ("bench/_compiled.py", "BENCH_ROTATIONS"),
     ("cli/_main.py", "COMMANDS"),
     ("cli/_show.py", "SHOW_BY_KIND"),
-    ("encoders/_declaration.py", "PUBLIC"),
-    ("encoders/context.py", "_HOOK_ARGUMENTS"),
+    ("kinds/_declaration.py", "PUBLIC"),
+    ("kinds/context.py", "_HOOK_ARGUMENTS"),
     ("hf_config/_conventions.py", "_KEYS"),
     ("hf_config/_conventions.py", "_INTERLEAVED"),
     ("hf_config/_conventions.py", "_PHI3"),
@@ -181,13 +181,13 @@ def test_clear_caches_empties_every_memo_numpy() -> None:
     numpy_backend = reg.backend("numpy")
     assert _tables.STORE.nbytes > 0
     assert reg._backend_by_type
-    assert encoders_base._DTYPE_KINDS
+    assert kinds_base._DTYPE_KINDS
     assert "_ctx" in numpy_backend.__dict__
     assert _kernels.ACTIVE is not None
     clear_caches()
     assert _tables.STORE.nbytes == 0
     assert reg._backend_by_type == {}
-    assert encoders_base._DTYPE_KINDS == {}
+    assert kinds_base._DTYPE_KINDS == {}
     assert "_ctx" not in numpy_backend.__dict__
     assert _kernels.ACTIVE is None
     assert _jax_eager._jitted == {} and not _jax_eager.untraceable

@@ -718,7 +718,7 @@ def test_what_a_dtype_is_does_not_depend_on_which_framework_asked_first(
     that dtype are real floating, NumPy's are no dtype of NumPy's namespace and are refused,
     whichever framework's call came first (was: the first answer served both)."""
     jnp = needs("jax").numpy
-    from peregistry.encoders import base
+    from peregistry.kinds import base
 
     monkeypatch.setattr(base, "_DTYPE_KINDS", {})
     enc = per.get_encoder("rotary", dim=8)

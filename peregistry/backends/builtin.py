@@ -3,7 +3,7 @@ third-party adapter. Importing this module imports no framework."""
 
 from __future__ import annotations
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from ._base import Backend
 from ._jax import JaxBackend
 from ._numpy import NumpyBackend

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..rope import RotaryTables, rotate_features
 
 if TYPE_CHECKING:
-    from .context import Ctx
+    from ..backends._base import Ctx
 
 __all__ = ["SplitRotaryTables", "feature_order", "merge_members", "rotate_split"]
 

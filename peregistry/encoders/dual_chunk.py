@@ -15,15 +15,15 @@ import operator
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import Option
-from .._services import use_services
+from ..kinds._services import use_services
 from ..rope import RotaryEncoder
 from ..rope._delegation import wide_int
 from .rotary import HEAD_DIM, PAIR_LAYOUT, ROTARY_DIM, THETA, Rotary, check_rotary_dim
 
 if TYPE_CHECKING:
-    from .context import Ctx
+    from ..backends._base import Ctx
 
 __all__ = ["DualChunk", "DualChunkRotary", "chunk_offsets", "dual_chunk_positions"]
 

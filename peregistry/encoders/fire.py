@@ -23,9 +23,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import MAX_DIM, Option
-from .base import BiasEncoder, Ctx, Encoder
+from ..backends._base import Ctx
+from ..kinds.base import Encoder
+from ..kinds.pairs import BiasEncoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, distance
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._delegation as _delegation
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import MAX_DIM, Option
+from ..kinds.context import resolve_dtype
 from ..rope import Frequencies, Layout, RotaryEncoder, RotaryTables, cos_sin, inv_freq
-from .context import resolve_dtype
 from .learned_params import LearnedParams, init_params
 from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
 
 if TYPE_CHECKING:
+    from ..backends._base import Ctx
     from ..rope._call import Call
-    from .context import Ctx
 
 __all__ = ["FoPE", "fope_frequencies"]
 

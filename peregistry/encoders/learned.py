@@ -34,9 +34,10 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import Option
-from .base import AbsoluteEncoder, Ctx
+from ..backends._base import Ctx
+from ..kinds.base import AbsoluteEncoder
 from .learned_params import LearnedParams, check_param_arrays
 from .pairs import index_dtype
 from .tables import check_index_range, linear_resize, nan_where

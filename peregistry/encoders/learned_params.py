@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Encoder
-from .context import resolve_dtype
+from ..kinds.base import Encoder
+from ..kinds.context import resolve_dtype
 from .pairs import check_param_arrays
 
 __all__ = ["LearnedParams", "check_param_arrays", "init_params"]

@@ -49,12 +49,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import Option
+from ..backends._base import Ctx
+from ..kinds.context import resolve_dtype
 from ..rope import Frequencies, MultiAxisRotary, RotaryEncoder, ScaledRotary
 from ..rope.scaled import pair_cos_sin
 from ._split_pairs import SplitRotaryTables, feature_order, rotate_split
-from .context import Ctx, resolve_dtype
 from .rotary import (
     DIRECTION,
     HEAD_DIM,

@@ -8,74 +8,24 @@ namespace, backend, device) from the public method and never looks the namespace
   accepts 1-D indices only);
 * :func:`index_dtype` — the namespace's indexing dtype;
 * :func:`compute_dtype` — float32 or wider: the dtype to do arithmetic in for a given output;
-* :func:`pair_batch_shape`, :func:`pair_inputs` — the broadcast of ``(..., Q)`` and ``(..., K)``
-  and the common front of ``bias``/``embed`` (the base classes call it; plugins need not).
+* :func:`pair_batch_shape`, :func:`check_param_arrays` — the broadcast of ``(..., Q)`` and
+  ``(..., K)``, and params that are arrays (the checks of the kinds' common front,
+  :meth:`peregistry.kinds.pairs.PairEncoder._pair_inputs`, defined there).
 
 Plugin authors import them from :mod:`peregistry.plugin`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .context import compute_float
+from ..kinds.context import check_param_arrays, compute_float, pair_batch_shape
 
 if TYPE_CHECKING:
-    from .base import Ctx, Encoder
+    from ..backends._base import Ctx
 
 __all__ = ["check_param_arrays", "clip_distance", "compute_dtype", "distance", "gather",
-           "index_dtype", "pair_batch_shape", "pair_inputs"]
-
-
-def pair_inputs(enc: Encoder, q_positions: Any, k_positions: Any,
-                params: Any) -> tuple[Ctx, Any, Any, Mapping[str, Any]]:
-    """The common front of ``bias``/``embed``: one namespace for positions *and* params (so a
-    Python list of positions follows torch params), validated positions (whose leading axes
-    broadcast) and validated params."""
-    arrays: tuple[Any, ...] = (q_positions, k_positions)
-    if params is not None and isinstance(params, Mapping):
-        check_param_arrays(enc.name, params)
-        arrays += tuple(params.values())
-    ctx, got = enc._context(*arrays, names=lambda: (  # (made only for an error message)
-        "q_positions", "k_positions", *[f"params[{key!r}]" for key in params or ()]))
-    q = enc._positions(got[0], ctx, what="q_positions")
-    k = enc._positions(got[1], ctx, what="k_positions")
-    if q.ndim != 1 or k.ndim != 1:
-        pair_batch_shape(enc.name, q, k)
-    return ctx, q, k, enc._check_params(params, ctx)
-
-
-def check_param_arrays(owner: str, params: Any) -> None:
-    """Each value of a params dict must be an array (not a list or number)."""
-    if not isinstance(params, Mapping):
-        return
-    for key, v in params.items():
-        if not hasattr(v, "shape") or not hasattr(v, "dtype"):
-            raise TypeError(f"{owner}: params[{key!r}] must be an array (from enc.init(xp)), got "
-                            f"{type(v).__module__}.{type(v).__qualname__}")
-
-
-def pair_batch_shape(owner: str, q: Any, k: Any) -> tuple[int, ...]:
-    """Broadcast shape of ``q.shape[:-1]`` and ``k.shape[:-1]``; a clear error if they do not
-    broadcast or a position array has no sequence axis."""
-    for what, a in (("q_positions", q), ("k_positions", k)):
-        if len(a.shape) == 0:
-            raise ValueError(f"{owner}: {what} is a scalar, but should be (..., Q) / (..., K) "
-                             f"with a sequence axis; use e.g. xp.asarray([p])")
-    a, b = tuple(q.shape[:-1]), tuple(k.shape[:-1])
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            raise ValueError(
-                f"{owner}: leading axes of q_positions {tuple(q.shape)} and k_positions "
-                f"{tuple(k.shape)} do not broadcast ({q.shape[:-1]} vs {k.shape[:-1]}); "
-                f"positions are (..., Q) and (..., K) with broadcastable '...'"
-            )
-        out.append(y if x == 1 else x)
-    return tuple(out)
+           "index_dtype", "pair_batch_shape"]
 
 
 def index_dtype(ctx: Ctx) -> Any:

@@ -33,10 +33,12 @@ from typing import Any
 
 import peregistry.rope._delegation as _delegation
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import MAX_DIM, Option
+from ..backends._base import Ctx
+from ..kinds.base import Encoder
+from ..kinds.pairs import BiasEncoder, RelativeEmbedding
 from ..rope._angles import Frequencies, cos_sin
-from .base import BiasEncoder, Ctx, Encoder, RelativeEmbedding
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, distance, index_dtype
 from .sinusoidal import sinusoidal_frequencies

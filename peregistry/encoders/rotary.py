@@ -40,7 +40,7 @@ distribution.
 
 from __future__ import annotations
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import MAX_DIM, Option
 from ..rope.encoder import RotaryEncoder
 from ..rope.scaled import ScaledRotary

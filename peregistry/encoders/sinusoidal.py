@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import Option
+from ..backends._base import Ctx
+from ..kinds.base import AbsoluteEncoder
 from ..rope._angles import Frequencies, angles
-from .base import AbsoluteEncoder, Ctx
 
 __all__ = ["Sinusoidal", "sinusoidal_frequencies"]
 

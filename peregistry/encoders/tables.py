@@ -13,7 +13,7 @@ import peregistry.rope._delegation as _delegation
 from .pairs import index_dtype
 
 if TYPE_CHECKING:
-    from .base import Ctx
+    from ..backends._base import Ctx
 
 __all__ = ["check_index_range", "linear_resize", "linear_resize_plan", "nan_where"]
 

@@ -37,15 +37,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._hooks import hookimpl
+from .._markers import hookimpl
 from .._options import Option
-from .._services import use_services
+from ..kinds._services import use_services
 from ..rope import Frequencies, RotaryEncoder, cos_sin, inv_freq
 from .rotary import HEAD_DIM, PAIR_LAYOUT, THETA
 
 if TYPE_CHECKING:
+    from ..backends._base import Ctx
     from ..rope import RotaryTables
-    from .context import Ctx
 
 __all__ = ["XPos", "xpos_zeta"]
 

@@ -24,7 +24,7 @@ from ._rope import rotary_options, temperature
 from ._values import ConfigError, integer, number
 
 if TYPE_CHECKING:
-    from ..encoders.base import Encoder
+    from ..kinds.base import Encoder
 
 __all__ = [
     "MODEL_CONVENTIONS",

@@ -21,7 +21,7 @@ from typing import Any
 from flax import nnx
 
 from .._resolve import encoder_from
-from ..encoders.base import Encoder as _Encoder
+from ..kinds.base import Encoder as _Encoder
 
 __all__ = ["Encoder"]
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..encoders.base import Encoder
+from ..kinds.base import Encoder
 
 __all__ = ["EncoderModule"]
 

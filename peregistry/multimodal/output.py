@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .._services import current_services
+from ..kinds._services import current_services
 from .rules import Convention, _checked, _row, _settings
 from .segments import _SEGMENT_TYPES, Segment, _describe, _int, _length
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..encoders.base import Ctx
+    from ..backends._base import Ctx
 
 __all__ = ["Frequencies", "cos_sin"]
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import peregistry.rope._delegation as _delegation
 
-from ..encoders.context import compute_float
+from ..kinds.context import compute_float
 from ._funcs import Layout, broadcasts_into, check_arrays, check_layout
 
 if TYPE_CHECKING:
-    from ..encoders.base import Ctx
+    from ..backends._base import Ctx
 
 __all__ = ["RotaryTables", "apply_rotary", "rotate_features"]
 
@@ -80,7 +80,7 @@ class RotaryTables:
                  owner: str = "RotaryTables", ctx: Ctx | None = None,
                  rotary_features: str = "first", constant: bool = False) -> None:
         if ctx is None:
-            from ..encoders.context import make_context
+            from ..kinds.context import make_context
 
             if cos is None or sin is None:  # (make_context skips None: an optional argument)
                 check_arrays(owner, cos=cos, sin=sin)

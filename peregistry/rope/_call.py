@@ -10,11 +10,12 @@ import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..encoders.context import Ctx, compute_float
+from ..backends._base import Ctx
+from ..kinds.context import compute_float
 from ._offsets import check_offset_range, concrete_len
 
 if TYPE_CHECKING:
-    from ..encoders.base import Encoder as _Checked  # what the mixin is mixed into
+    from ..kinds.base import Encoder as _Checked  # what the mixin is mixed into
 else:
     _Checked = object
 

@@ -9,8 +9,6 @@ standard lacks.
 * :func:`rotate` — the rotation: the rotation kernels of plugins (:mod:`._kernels`), torch's
   blocked / functional / DTensor paths (:mod:`._torch`), NumPy's ufuncs writing into one output
   (:mod:`._numpy`), else :func:`._funcs.apply_rotation`.
-* :func:`half_cos_sin` — a subclass's tables: on eager JAX, its hook compiled as one XLA
-  program per shape (:mod:`peregistry._jax_eager`) instead of one per operation.
 * :func:`materialize` — a fusion boundary for a cos/sin table under ``torch.compile`` /
   ``jax.jit``, so the compiler does not recompute its trigonometry for every head.
 * :func:`cacheable`, :func:`cache_scope`, :func:`int_bounds`, :func:`reads_cheaply`,
@@ -40,15 +38,13 @@ from .._jax_eager import is_tracer as _is_tracer
 from ._funcs import Layout, apply_rotation, full_width
 
 if TYPE_CHECKING:
-    from ..encoders.base import Ctx
-    from .encoder import RotaryEncoder
+    from ..backends._base import Ctx
 
 __all__ = [
     "cache_scope",
     "cacheable",
     "clip_int",
     "full_width_tables",
-    "half_cos_sin",
     "int_bounds",
     "materialize",
     "read_ints",
@@ -143,20 +139,6 @@ def _spread(cos: Any, sin: Any, *, layout: Layout, dtype: Any, xp: Any) -> tuple
     if dtype is not None and cos.dtype != dtype:
         cos, sin = xp.astype(cos, dtype), xp.astype(sin, dtype)
     return full_width(cos, layout=layout, xp=xp), full_width(sin, layout=layout, xp=xp)
-
-
-def half_cos_sin(enc: RotaryEncoder, pos: Any, *, ctx: Ctx,
-                 seq_len: int | None) -> tuple[Any, Any]:
-    """``enc._half_cos_sin(pos, ...)``, the subclass's hook. On eager JAX it runs compiled as one
-    program (the same bits, see :mod:`peregistry._jax_eager`): eager JAX compiles every
-    operation anew for each new shape, tens of them for one table."""
-    if _is_jax(ctx.xp) and not ctx.backend.is_tracing(pos):
-        from .._jax_eager import compiled_hook
-
-        out = compiled_hook(enc, "_half_cos_sin", (pos,), seq_len=seq_len)
-        if out is not None:
-            return out  # type: ignore[no-any-return]
-    return enc._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
 
 
 def materialize(*arrays: Any, xp: Any, constant: bool) -> tuple[Any, ...]:

@@ -35,7 +35,7 @@ import _thread
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._services import default_services, dynamo_tracing
+from ..kinds._services import default_services, dynamo_tracing
 
 if TYPE_CHECKING:
     from .._records import KernelInfo

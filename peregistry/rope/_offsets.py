@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import _delegation
 
 if TYPE_CHECKING:
-    from ..encoders.context import Ctx
+    from ..backends._base import Ctx
 
 
 def concrete_len(n: Any) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
+from ..kinds._services import default_services
 from ._funcs import LAYOUTS
 
 __all__ = ["permute_for_layout"]
@@ -34,15 +35,17 @@ def permute_for_layout(w: Any, *, num_heads: int, source: str, target: str,
         default: the whole head. The others keep their place.
     :returns: an array of ``w``'s namespace, dtype, device and shape.
     """
-    from ..parallel._checks import namespace
-
     owner = "permute_for_layout"
     for name, value in (("source", source), ("target", target)):
         if value not in LAYOUTS:
             raise ValueError(f"{owner}: {name} must be one of {LAYOUTS}, got {value!r}")
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"{owner}: num_heads must be a positive int, got {num_heads!r}")
-    xp = namespace(owner, "w", w)
+    backend = default_services().backend_of(w)
+    if backend is None:
+        raise TypeError(f"{owner}: w must be an array of a registered backend, got "
+                        f"{type(w).__module__}.{type(w).__qualname__}")
+    xp = backend.namespace()
     ndim = len(w.shape)
     if not -ndim <= axis < ndim:
         raise ValueError(f"{owner}: axis={axis} is out of range for w of shape {tuple(w.shape)}")

@@ -18,27 +18,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import peregistry.rope._delegation as _delegation
 import peregistry.rope._kernels as _kernels
 
-from ..encoders.base import Encoder
-from ..encoders.context import Ctx, devices_differ, resolve_dtype
-from . import _temperature
+from .._jax_eager import compiled_hook, is_jax_namespace
+from ..backends._base import Ctx
+from ..kinds.context import devices_differ, resolve_dtype
+from ..kinds.rotary import RotaryKind
 from ._apply import RotaryTables, rotate_features
 from ._call import Call, CallChecks, Rotation
 from ._funcs import Layout, broadcasts_into
 from ._offsets import concrete_len
-from ._tables import gathered_rows, offset_rows, token_rows
-
-if TYPE_CHECKING:
-    from .scaled import MultiAxisRotary
+from ._rows import PositionRows
+from ._temperature import QueryScale
 
 __all__ = ["RotaryEncoder"]
 
 
-class RotaryEncoder(CallChecks, Encoder):
+class RotaryEncoder(CallChecks, PositionRows, QueryScale, RotaryKind):
     """Rotates query/key features by position-dependent angles (RoPE and relatives).
 
     Feature pairs ``(a_i, b_i)`` of the first ``rotary_dim`` features are rotated by the angle
@@ -65,8 +64,6 @@ class RotaryEncoder(CallChecks, Encoder):
     computed tables (:func:`peregistry.rope.set_table_cache_bytes`): the bits of computing.
     """
 
-    kind = "rotary"
-    continuous = True
     __slots__ = ("_rotation",)
     _rotation: Rotation
 
@@ -102,58 +99,7 @@ class RotaryEncoder(CallChecks, Encoder):
         if _kernels.ACTIVE is None:  # read now, eagerly: not first inside a compiled region
             _kernels.active()
 
-    # -- what a subclass may override ----------------------------------------------------------
-    def _head_dim(self) -> int:
-        """Length of the feature axis ``x.shape[-1]`` (the ``dim`` option)."""
-        return int(self._values["dim"])
-
-    def _rotary_dim(self) -> int:
-        """How many leading features are rotated (``rotary_dim`` option, default ``dim``)."""
-        rd = self._values.get("rotary_dim")
-        return self._head_dim() if rd is None else int(rd)
-
-    def _table_width(self) -> int:
-        """Entries per position of the tables :meth:`_half_cos_sin` returns: one per pair,
-        ``rotary_dim/2`` (an encoder whose pairs' two features turn by different angles, as
-        ``mrope`` with ``feature_axes``, returns one per feature)."""
-        return self._rotary_dim() // 2
-
-    def _rotary_last(self) -> bool:
-        """True if the last ``rotary_dim`` features rotate (``rotary_features="last"``), False
-        for the first ones."""
-        return bool(self._values.get("rotary_features", "first") == "last")
-
-    def _interleaved(self) -> bool:
-        """True if pairs are ``(2i, 2i+1)``, False for ``(i, i + rotary_dim/2)``."""
-        return bool(self._values.get("layout", "half") == "interleaved")
-
-    @property
-    def attention_factor(self) -> float:
-        """Factor on ``cos`` and ``sin`` (1.0 unless a scaling type sets one)."""
-        return 1.0
-
-    @property
-    def softmax_scale_factor(self) -> float:
-        """Factor on the attention softmax scale that a scaling asks of the model (1.0)."""
-        return 1.0
-
-    def query_scale(self, positions: Any, *, dtype: Any = None) -> Any:
-        """Factors ``(*positions.shape,)`` the model multiplies its queries by, of ``dtype``
-        (default: the namespace's default float): 1 unless the encoder sets Llama 4's attention
-        temperature (``attn_temperature_tuning``; :mod:`peregistry.rope._temperature`), which
-        Llama 4 applies to the queries of its NoPE layers only, not to the layers this encoder
-        rotates. Never part of :meth:`rotate`; positions must be >= 0 (cache positions)."""
-        return _temperature.query_scale(self, positions, dtype=dtype)
-
-    def _seq_len_dependence(self) -> tuple[str, tuple[int, ...]]:
-        """How the angles depend on the sequence length: ``("none", ())``, ``("piecewise",
-        breakpoints)`` or ``("continuous", ())`` (see :mod:`peregistry.rope.scalings`)."""
-        return "none", ()
-
-    def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:
-        """The shape positions contribute to the output's leading axes."""
-        return tuple(positions.shape)
-
+    # -- what a subclass may override (besides RotaryKind's hooks) ----------------------------
     def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any:
         """Positions for ``positions=None``: ``offset + arange(seq)`` (``seq`` may be a symbolic
         length, as under ``torch.export``/``jax.export``: see :func:`._offsets.concrete_len`)."""
@@ -173,16 +119,6 @@ class RotaryEncoder(CallChecks, Encoder):
             off = offset if offset.dtype == wide else xp.astype(offset, wide)
             return off + xp.arange(seq, dtype=wide, device=ctx.device)
         return offset + xp.arange(seq, dtype=offset.dtype, device=ctx.device)
-
-    def text_positions(self, positions: Any) -> Any:
-        """Positions for tokens at the scalar ``positions`` (text): the positions themselves;
-        multi-axis encoders (M-RoPE) put one copy per axis in front."""
-        return positions
-
-    def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        """``(cos θ_i, sin θ_i)`` times the attention factor, each ``(*batch_shape,
-        rotary_dim/2)`` in ``ctx.wide``, for the sequence length ``seq_len`` (None: unknown)."""
-        raise NotImplementedError(f"{type(self).__qualname__} must implement _half_cos_sin")
 
     # -- public methods ------------------------------------------------------------------------
     def cos_sin(self, positions: Any, *, dtype: Any = None,
@@ -310,7 +246,7 @@ class RotaryEncoder(CallChecks, Encoder):
             if type(call.offset) is int:
                 static_len = call.offset + xshape[-2]
                 if not call.tracing and type(self)._rows_at_offsets:
-                    rows = offset_rows(self, call.offset, xshape[-2], ctx=ctx, cdt=cdt)
+                    rows = self._offset_rows(call.offset, xshape[-2], ctx=ctx, cdt=cdt)
                     if rows is not None:
                         return rows
             pos = self._default_positions(xshape[-2], call.offset, ctx=ctx)
@@ -320,9 +256,8 @@ class RotaryEncoder(CallChecks, Encoder):
                              f"x.shape[:-1]={xshape[:-1]}; use (seq,) shared or e.g. "
                              f"(batch, 1, seq)")
         if call.positions is not None and not call.tracing:
-            rows = (gathered_rows(self, pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_ids
-                    else token_rows(cast("MultiAxisRotary", self), pos, ctx=ctx, cdt=cdt)
-                    if type(self)._rows_at_tokens
+            rows = (self._gathered_rows(pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_ids
+                    else self._token_rows(pos, ctx=ctx, cdt=cdt) if type(self)._rows_at_tokens
                     else None)
             if rows is not None:
                 return rows
@@ -344,17 +279,28 @@ class RotaryEncoder(CallChecks, Encoder):
         computing gives), else computed in ``ctx.wide``."""
         xp = ctx.xp
         if not tracing and type(self)._rows_at_ids and cdt in (xp.float32, xp.float64):
-            rows = gathered_rows(self, pos, ctx=ctx, cdt=cdt)
+            rows = self._gathered_rows(pos, ctx=ctx, cdt=cdt)
             if rows is not None:
                 return rows
         return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
+
+    def _hook_cos_sin(self, pos: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """:meth:`_half_cos_sin`, the subclass's hook. On eager JAX it runs compiled as one
+        program (the same bits, see :mod:`peregistry._jax_eager`): eager JAX compiles every
+        operation anew for each new shape, tens of them for one table."""
+        if is_jax_namespace(ctx.xp) and not ctx.backend.is_tracing(pos):
+            out: tuple[Any, Any] | None = compiled_hook(self, "_half_cos_sin", (pos,),
+                                                        seq_len=seq_len)
+            if out is not None:
+                return out
+        return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
 
     def _table(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
                static_len: int | None) -> tuple[Any, Any]:
         """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
         dependence, breakpoints = self._seq_len_dependence()
         if dependence == "none":
-            return _delegation.half_cos_sin(self, pos, ctx=ctx, seq_len=None)
+            return self._hook_cos_sin(pos, ctx=ctx, seq_len=None)
         if seq_len is None:
             seq_len = static_len
         if seq_len is None and not tracing:
@@ -364,7 +310,7 @@ class RotaryEncoder(CallChecks, Encoder):
             if size:
                 seq_len = math.floor(float(ctx.xp.max(pos))) + 1
         if seq_len is not None or not tracing:
-            return _delegation.half_cos_sin(self, pos, ctx=ctx, seq_len=seq_len)
+            return self._hook_cos_sin(pos, ctx=ctx, seq_len=seq_len)
         if dependence == "piecewise":
             xp = ctx.xp
             s = xp.max(pos) + 1

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._options import freeze, thaw
 from ._angles import Frequencies, cos_sin
-from ._delegation import take_last
+from ._delegation import read_ints, reads_cheaply, rows_pay_off, take_last
 from ._funcs import inv_freq
 from ._tables import STORE
 from .encoder import RotaryEncoder
 
 if TYPE_CHECKING:
-    from ..encoders.base import Ctx
+    from ..backends._base import Ctx
+    from ._rows import Tables
     from .scalings import RopeScaling
 
 __all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
@@ -265,6 +266,40 @@ class MultiAxisRotary(RotaryEncoder):
         if type(self)._half_cos_sin is not MultiAxisRotary._half_cos_sin:
             return None
         return self._pair_frequencies(None)[1]
+
+    def _token_rows(self, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+        """Multi-axis ids ``(num_axes, 1, ..., 1)`` of one token, each axis at its own position:
+        its row of the table of text positions (a view) when every axis is at one position ``p``
+        (a text token while decoding), else each column from the row of its axis's position
+        (:meth:`~.scaled.MultiAxisRotary._column_axes`), shaped as the token's batch axes; None for
+        any other ids, or an encoder whose columns do not each follow one axis (the caller
+        computes)."""
+        xp = ctx.xp
+        batch = tuple(pos.shape[1:])
+        if (pos.dtype not in (xp.int32, xp.int64) or not batch or math.prod(batch) != 1
+                or not rows_pay_off(xp) or not reads_cheaply(pos, xp=xp)):
+            return None
+        axes = read_ints(pos, ctx=ctx)
+        if not axes or min(axes) < 0:
+            return None
+        text = min(axes) == max(axes)
+        columns = None if text else self._column_axes()
+        if not text and columns is None:
+            return None
+        table = self._position_table(max(axes) + 1, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        width = table[0].shape[-1]
+        shape = (*batch, width)
+        if columns is None:  # a text token
+            p = axes[0]
+            return xp.reshape(table[0][p:p + 1, :], shape), xp.reshape(table[1][p:p + 1, :], shape)
+        # column j of the token's row = column j of the row at its axis's position (flat index)
+        idx = xp.reshape(xp.asarray([axes[a] * width + j for j, a in enumerate(columns)],
+                                    device=ctx.device), shape)
+        take = ctx.backend.take
+        return (take(xp.reshape(table[0], (-1,)), idx, axis=0),
+                take(xp.reshape(table[1], (-1,)), idx, axis=0))
 
     # -- positions are (num_axes, ...) -----------------------------------------------------------
     def _position_batch_shape(self, positions: Any) -> tuple[int, ...]:

@@ -12,11 +12,11 @@ from ._core import Case, CheckFailure, capabilities, selected_backends
 from .checks import registered_checks
 
 if TYPE_CHECKING:
-    from ..encoders.base import Encoder
+    from ..kinds.base import Encoder
 
 
 def _as_encoder(spec: Any) -> Encoder:
-    from ..encoders.base import Encoder
+    from ..kinds.base import Encoder
     from ..registry import default_registry
 
     if isinstance(spec, Encoder):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..backends._base import Backend
-    from ..encoders.base import Encoder
+    from ..kinds.base import Encoder
 
 __all__ = [
     "BACKENDS_ENV",
@@ -208,7 +208,7 @@ class Case:
         Under pytest, a case with a declared expected failure is marked ``xfail`` by
         :func:`~peregistry.testing.parametrize_with_checks`; calling ``run`` directly just runs.
         """
-        from ..encoders._declaration import OverrideError
+        from ..kinds._declaration import OverrideError
 
         try:
             self.spec.func(self)

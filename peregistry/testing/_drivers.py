@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..encoders.base import Encoder
+    from ..kinds.base import Encoder
     from ._core import Case
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..._hooks import hookimpl
+from ..._markers import hookimpl
 from .base import (
     SEQ_LEN_DEPENDENCE,
     RopeScaling,

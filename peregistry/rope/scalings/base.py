@@ -215,7 +215,7 @@ def as_scaling(obj: Any) -> RopeScaling:
 def registered_scalings() -> Mapping[str, Any]:
     """Every scaling type by name, from the plugins (the ``peregistry_rope_scalings`` hook) of
     the registry building the encoder (see :mod:`peregistry._services`)."""
-    from ..._services import current_services
+    from ...kinds._services import current_services
 
     return current_services().scalings()
 

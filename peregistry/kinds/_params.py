@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..backends._base import Backend
-from .context import resolve_dtype
-from .pairs import check_param_arrays
+from .context import check_param_arrays, resolve_dtype
 
 if TYPE_CHECKING:
     from .context import Ctx

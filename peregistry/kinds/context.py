@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._services import current_services
 from ..backends._base import Ctx
+from ._services import current_services
 
 if TYPE_CHECKING:
-    from .._services import Services
     from ..backends._base import Backend
+    from ._services import Services
 
-__all__ = ["Ctx", "check_positions", "compute_float", "devices_differ", "hook_arguments",
-           "make_context", "params_dtype", "resolve_dtype"]
+__all__ = ["Ctx", "check_param_arrays", "check_positions", "compute_float", "devices_differ",
+           "hook_arguments", "make_context", "pair_batch_shape", "params_dtype", "resolve_dtype"]
 
 #: The public arguments the arrays of each kind's hook come from (for error messages).
 _HOOK_ARGUMENTS = {"_encode": ("positions",), "_bias": ("q_positions", "k_positions"),
@@ -193,3 +193,35 @@ def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
         f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
         f"allowed: None, {', '.join(floats)}"
     )
+
+
+def check_param_arrays(owner: str, params: Any) -> None:
+    """Each value of a params dict must be an array (not a list or number)."""
+    if not isinstance(params, Mapping):
+        return
+    for key, v in params.items():
+        if not hasattr(v, "shape") or not hasattr(v, "dtype"):
+            raise TypeError(f"{owner}: params[{key!r}] must be an array (from enc.init(xp)), got "
+                            f"{type(v).__module__}.{type(v).__qualname__}")
+
+
+def pair_batch_shape(owner: str, q: Any, k: Any) -> tuple[int, ...]:
+    """Broadcast shape of ``q.shape[:-1]`` and ``k.shape[:-1]``; a clear error if they do not
+    broadcast or a position array has no sequence axis."""
+    for what, a in (("q_positions", q), ("k_positions", k)):
+        if len(a.shape) == 0:
+            raise ValueError(f"{owner}: {what} is a scalar, but should be (..., Q) / (..., K) "
+                             f"with a sequence axis; use e.g. xp.asarray([p])")
+    a, b = tuple(q.shape[:-1]), tuple(k.shape[:-1])
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(
+                f"{owner}: leading axes of q_positions {tuple(q.shape)} and k_positions "
+                f"{tuple(k.shape)} do not broadcast ({q.shape[:-1]} vs {k.shape[:-1]}); "
+                f"positions are (..., Q) and (..., K) with broadcastable '...'"
+            )
+        out.append(y if x == 1 else x)
+    return tuple(out)
