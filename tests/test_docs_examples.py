@@ -2,8 +2,7 @@
 selected backend (``PEREGISTRY_BACKENDS``).
 
 The blocks come from Sybil's parse of each page (its Markdown python-block parser, the one
-tests_docs/ runs every block with, invisible setup blocks included). A plugin example is a python
-block that defines an ``Encoder`` subclass with a ``name``. The blocks of one page that define
+tests_docs/ runs every block with). A plugin example is a visible python block that defines an ``Encoder`` subclass with a ``name``. The blocks of one page that define
 classes run in order in one fresh namespace (a later block may use the imports of an earlier one);
 each encoder class found is instantiated directly (no entry point) with its
 ``example_options()``, with ``dim=16`` (as the documents' test lines) where ``dim`` is required,
@@ -40,10 +39,13 @@ PARSER = sybil.Sybil(parsers=[markdown.PythonCodeBlockParser(), markdown.SkipPar
 def _blocks(doc: Path) -> list[tuple[int, str, str | None]]:
     """(line, code, skip reason) of each python block of ``doc`` that defines a class."""
     out = []
-    examples = list(PARSER.parse(doc).examples())
+    document = PARSER.parse(doc)
+    examples = list(document.examples())
     for i, example in enumerate(examples):
         if not isinstance(example.parsed, str) or not DEFINES_CLASS.search(example.parsed):
             continue  # a skip directive, a doctest, or no class
+        if not document.text.startswith("```", example.start):
+            continue  # hidden setup (it may register a plugin): not an example a reader sees
         before = examples[i - 1].parsed if i else None
         reason = before[1] or "marked skip" if isinstance(before, tuple) and before[0] == "next" else None
         out.append((example.line, str(example.parsed), reason))
