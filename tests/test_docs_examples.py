@@ -2,12 +2,13 @@
 selected backend (``PEREGISTRY_BACKENDS``).
 
 The blocks come from Sybil's parse of each page (its Markdown python-block parser, the one
-tests_docs/ runs every block with). A plugin example is a visible python block that defines an ``Encoder`` subclass with a ``name``. The blocks of one page that define
-classes run in order in one fresh namespace (a later block may use the imports of an earlier one);
-each encoder class found is instantiated directly (no entry point) with its
-``example_options()``, with ``dim=16`` (as the documents' test lines) where ``dim`` is required,
-and checked with ``check_encoder``. A block marked ``<!-- skip: next "why" -->`` (Sybil's
-directive) is skipped here too, with its reason.
+tests_docs/ runs every block with). A plugin example is a visible python block that defines an
+``Encoder`` subclass with a ``name``. The blocks of one page that define classes run in order in
+one fresh namespace (a later block may use the imports of an earlier one); each encoder class
+found is instantiated directly (no entry point) with its ``example_options()``, with ``dim=16``
+(as the documents' test lines) where ``dim`` is required, and checked with ``check_encoder``. A
+block marked ``<!-- skip: next "why" -->`` (Sybil's directive) is skipped here too, with its
+reason.
 """
 
 from __future__ import annotations
