@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from ._attention_mask import positions_from_attention_mask
 from ._hooks import hookimpl, hookspec
 from ._options import Option
-from .encoders.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
 from .errors import EncoderNotFoundError, PluginConflictError, PluginError
+from .kinds import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
 from .registry import EncoderInfo, PluginInfo, default_registry
 from .rope.encoder import RotaryEncoder
 
@@ -126,7 +126,7 @@ def get_encoder(name: str, kind: type[Encoder] | None = None, /, **options: Any)
     TypeError: encoder 'alibi' is a ...ALiBi (kind 'bias'), not a ...RotaryEncoder as kind=RotaryEncoder asks
     """
     if kind is not None:  # (checked before the options are)
-        from ._kinds import check_kind
+        from ._kind_check import check_kind
 
         check_kind(name, default_registry.encoder_class(name), kind)
     return default_registry.get_encoder(name, **options)
@@ -199,7 +199,7 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
 
     enc = _from_hf_config(config, layer_type=layer_type)
     if kind is not None:
-        from ._kinds import check_kind
+        from ._kind_check import check_kind
 
         check_kind(enc.name, type(enc), kind)
     return enc

@@ -5,14 +5,16 @@ exemptions from a law of its kind as non-strict ``xfail`` that says so)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core import Case, CheckFailure, capabilities, selected_backends
 from .checks import registered_checks
 
 if TYPE_CHECKING:
     from ..kinds.base import Encoder
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _as_encoder(spec: Any) -> Encoder:
@@ -106,7 +108,7 @@ def parametrize_with_checks(
     *,
     backends: str | Sequence[str] | None = None,
     expected_failed_checks: Mapping[str, str] | None = None,
-) -> Any:
+) -> Callable[[_F], _F]:
     """A ``pytest.mark.parametrize`` over :func:`cases_for`, with ids
     ``<encoder>-<backend>-<check>`` and declared expected failures marked ``xfail(strict=True)``."""
     import pytest
@@ -121,4 +123,5 @@ def parametrize_with_checks(
         elif case.exempt is not None:
             marks.append(pytest.mark.xfail(reason=f"exempt: {case.exempt}", strict=False))
         params.append(pytest.param(case, id=case.id, marks=marks))
-    return pytest.mark.parametrize("case", params)
+    mark: Callable[[_F], _F] = pytest.mark.parametrize("case", params)  # (typed: the test stays typed)
+    return mark

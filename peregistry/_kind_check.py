@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .encoders.base import Encoder
+    from .kinds.base import Encoder
 
 _ALLOWED = ("an Encoder subclass: per.RotaryEncoder, per.AbsoluteEncoder, per.BiasEncoder, "
             "per.RelativeEmbedding, or a plugin's class")
@@ -18,7 +18,7 @@ _ALLOWED = ("an Encoder subclass: per.RotaryEncoder, per.AbsoluteEncoder, per.Bi
 def kind_class(kind: object) -> type[Encoder]:
     """``kind`` itself if it is an :class:`~peregistry.Encoder` subclass, else a ``TypeError``
     saying what is allowed (for a kind's name, ``"rotary"``, which class to pass)."""
-    from .encoders.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
+    from .kinds import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
     from .rope.encoder import RotaryEncoder
 
     if isinstance(kind, type) and issubclass(kind, Encoder):
