@@ -4,10 +4,14 @@ values (they depend on the machine)."""
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
 
 import pytest
 
 from peregistry.bench import BenchRow, Progress, format_bench_table, time_interleaved
+from peregistry.bench._progress import format_duration
 from peregistry.cli import main
 
 HEADER = ["encoder", "backend", "shape", "ours", "hand-written", "copy", "vs", "hand", "vs", "copy"]
@@ -31,19 +35,53 @@ def test_bench_quick_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "ratios of medians" in lines[-3]
     assert lines[-2].startswith("rotation kernels: ")
     assert lines[-1].startswith("threads: ") and "NumPy 1" in lines[-1]
-    assert err == ""            # no progress bar: stderr is not a terminal
+    assert "OMP_NUM_THREADS=1" in lines[-1]                   # one thread unless told
+    assert re.search(r"load average \d+\.\d\d at the start, \d+\.\d\d at the end",
+                     lines[-1]) or not hasattr(os, "getloadavg")
+    # stderr is not a terminal: the threads set, then progress as lines (no \r), then the end
+    first, *progress, last = err.splitlines()
+    assert first.startswith("bench: threads OMP_NUM_THREADS=1") and "CPUs" in first
+    assert progress and all(re.fullmatch(r"\[\d+/2\] sinusoidal on numpy; \d+ s elapsed.*", p)
+                            for p in progress), progress
+    assert re.fullmatch(r"done: 2 of 2 in \d+ s", last)
+    assert "\r" not in err
+    code = main(["bench", "sinusoidal", "--backend", "numpy", "--quick", "--reps", "2",
+                 "--no-progress"])
+    assert code == 0 and capsys.readouterr().err.count("\n") == 1   # the threads line alone
 
 
 def test_bench_threads_set_on_purpose(capsys: pytest.CaptureFixture[str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """``--threads N``: every timed call runs on N threads, and the output says so."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # (restored after the test)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
     code = main(["bench", "sinusoidal", "--backend", "numpy", "--quick", "--reps", "2",
-                 "--threads", "1"])
+                 "--threads", "3"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "OMP_NUM_THREADS=1" in out.splitlines()[-1]
+    assert "OMP_NUM_THREADS=3" in out.splitlines()[-1]
+    assert os.environ["OMP_NUM_THREADS"] == "7"              # the bench's setting ends with it
     assert main(["bench", "sinusoidal", "--backend", "numpy", "--threads", "0"]) == 2
+
+
+def test_threads_are_set_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`threads` sets the variables (torch's count too, when torch is imported) for the
+    body alone, and says what it set."""
+    from peregistry.bench._threads import THREAD_VARIABLES, threads
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    with threads(2, jax=False) as said:
+        assert all(os.environ[k] == "2" for k in THREAD_VARIABLES)
+        assert said[0].startswith("OMP_NUM_THREADS=2")
+        if torch is not None:
+            assert torch.get_num_threads() == 2 and any(s.startswith("torch 2") for s in said)
+    assert os.environ["OMP_NUM_THREADS"] == "5" and "OPENBLAS_NUM_THREADS" not in os.environ
+    if torch is not None:
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be a positive integer, got 0"), threads(0):
+        pass
 
 
 def test_bench_unknown_encoder(capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,16 +106,64 @@ def test_time_interleaved_rotates_and_counts() -> None:
     assert len(ticks) == 3
 
 
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_progress_bar_and_table_format() -> None:
-    stream = io.StringIO()
-    bar = Progress(2, stream, width=4)
+    stream, clock = io.StringIO(), Clock()
+    bar = Progress(2, stream, width=4, redraw=True, clock=clock)
     bar.step("x")
+    clock.now += 10
     bar.step()
+    assert stream.getvalue().endswith("\r[##..] 1/2 x" + " " * 24 + "10 s elapsed, about 10 s left")
     bar.step()
     bar.close()
     assert "[####] 2/2 x" in stream.getvalue()
+    assert stream.getvalue().endswith("\r")  # the bar cleared
     table = format_bench_table([BenchRow("e", "numpy", "4", 2e-3, 1e-3, 5e-4)])
     assert table.splitlines()[2].split()[-2:] == ["2.00x", "4.00x"]
+
+
+def test_progress_off_a_terminal_writes_lines_with_the_time_left() -> None:
+    """Piped, a line at the first step, then at most one every ``every`` seconds (at a step's
+    start, or between repetitions of one), and the total at the end; no ``\\r``."""
+    stream, clock = io.StringIO(), Clock()
+    bar = Progress(4, stream, every=10, clock=clock)
+    assert not bar.redraw                      # a StringIO is not a terminal
+    bar.step("a")
+    for label in ("b", "c", "d"):
+        clock.now += 6
+        bar.step()
+        bar.step(label)
+    clock.now += 6
+    bar.step()
+    bar.close()
+    assert stream.getvalue().splitlines() == [
+        "[0/4] a; 0 s elapsed",
+        "[2/4] c; 12 s elapsed, about 12 s left",   # 6 s after the last line: none at b
+        "done: 4 of 4 in 24 s",
+    ]
+    reps, clock = io.StringIO(), Clock()
+    bar = Progress(30, reps, every=10, clock=clock)
+    bar.step("one encoder")
+    for _ in range(30):
+        clock.now += 1
+        bar.step()
+    bar.close()
+    assert reps.getvalue().splitlines()[1:] == [
+        "[10/30] one encoder; 10 s elapsed, about 20 s left",
+        "[20/30] one encoder; 20 s elapsed, about 10 s left",
+        "done: 30 of 30 in 30 s"]
+    assert "\r" not in stream.getvalue() + reps.getvalue()
+    assert format_duration(59.4) == "59 s" and format_duration(185) == "3 min 05 s"
+    assert format_duration(3720) == "1 h 02 min"
 
 
 def test_bench_quick_covers_every_builtin_encoder(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
-"""Timing: the interleaved medians, the progress bar, the run over encoders and backends, and the
-table that ``peregistry bench`` prints."""
+"""Timing: the interleaved medians, the run over encoders and backends, and the table that
+``peregistry bench`` prints."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ._cases import BENCHMARKS, Bench, BenchSkipped
+from ._progress import Progress
 
 if TYPE_CHECKING:
     from ..backends._base import Backend
@@ -75,30 +76,6 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], reps: int, *, warmup: int
     return [statistics.median(t) for t in times]
 
 
-class Progress:
-    """A plain-text progress bar on a stream (``[#####.....] 5/10 what``), redrawn in place."""
-
-    def __init__(self, total: int, stream: TextIO | None, width: int = 30) -> None:
-        self.total, self.stream, self.width, self.done, self.label = total, stream, width, 0, ""
-
-    def step(self, label: str | None = None) -> None:
-        if label is not None:
-            self.label = label
-        else:
-            self.done += 1
-        if self.stream is None:
-            return
-        filled = self.width * self.done // max(self.total, 1)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] "
-                          f"{self.done}/{self.total} {self.label:<24}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.stream is not None:
-            self.stream.write("\r" + " " * (self.width + 40) + "\r")
-            self.stream.flush()
-
-
 def _validated(names: Sequence[str] | None,
                backends: Sequence[str] | None) -> tuple[list[str], list[str]]:
     names = list(dict.fromkeys(names or BENCHMARKS))
@@ -116,16 +93,17 @@ def _validated(names: Sequence[str] | None,
 
 def run_bench(names: Sequence[str] | None = None, backends: Sequence[str] | None = None, *,
               quick: bool = False, reps: int | None = None,
-              progress: TextIO | None = None) -> list[BenchRow]:
+              progress: TextIO | None = None, redraw: bool | None = None) -> list[BenchRow]:
     """Time each encoder of ``names`` (default: all of :data:`BENCHMARKS`) on each backend
-    of ``backends`` (default: the installed ones); a progress bar goes to ``progress``.
+    of ``backends`` (default: the installed ones); the :class:`Progress` with the time left goes
+    to ``progress`` (``redraw``: a bar redrawn in place; default when it is a terminal).
 
     :raises ValueError: for an encoder without a benchmark or an unknown backend.
     :raises ImportError: for a backend that is not installed.
     """
     names, backends = _validated(names, backends)
     reps = reps or (5 if quick else 25)
-    bar = Progress(len(names) * len(backends) * reps, progress)
+    bar = Progress(len(names) * len(backends) * reps, progress, redraw=redraw)
     rows = []
     for b in backends:
         bench = Bench(_adapter(b))
@@ -180,5 +158,7 @@ def format_bench_table(rows: Sequence[BenchRow]) -> str:
 
 
 def stderr_if_tty(force: bool) -> TextIO | None:
-    """``sys.stderr`` when it is a terminal (or ``force``), else None (no progress bar)."""
+    """``sys.stderr`` when it is a terminal (or ``force``), else None (no progress bar).
+    (The commands now give :class:`Progress` the stream whatever it is: off a terminal it writes
+    lines.)"""
     return sys.stderr if force or sys.stderr.isatty() else None

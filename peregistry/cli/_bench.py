@@ -24,46 +24,52 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="small shapes and few repetitions (a smoke test)")
     parser.add_argument("--reps", type=int_at_most(MAX_REPS), metavar="N",
                         help=f"timed repetitions (default 25, --quick 5; at most {MAX_REPS:,})")
-    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N",
+    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N", default=1,
                         help="threads for every timed call, ours, hand-written and copy alike: "
-                             "torch.set_num_threads(N) and OMP_NUM_THREADS=N (which rotation "
-                             "kernels follow); default: as the process starts")
-    parser.add_argument("--progress", action="store_true",
-                        help="draw the progress bar on stderr even when it is not a terminal")
+                             "torch.set_num_threads(N), OMP_NUM_THREADS=N (which BLAS and "
+                             "rotation kernels follow), XLA's single-thread flags for N=1 "
+                             "(default 1: on a loaded machine more threads time the machine's "
+                             "other work, not the code)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress on stderr: --progress draws a bar redrawn in place, "
+                             "--no-progress none; default: the bar on a terminal, else a line "
+                             "every 10 s with the time left")
 
 
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
-    """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios."""
-    from ..bench import format_bench_table, run_bench, stderr_if_tty
+    """``peregistry bench [NAME...] [--backend B] [--quick]``: the table of medians and ratios,
+    timed on ``--threads`` threads (said on stderr at the start and below the table)."""
+    import sys
 
-    if args.threads is not None:
-        set_threads(args.threads)
-    try:
-        rows = run_bench(args.names or None, comma_list(args.backend) or None, quick=args.quick,
-                         reps=args.reps, progress=stderr_if_tty(args.progress))
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    out.write(format_bench_table(rows) + "\n")
-    out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
-              "in this run (lower is faster).\n")
-    out.write(kernels_line() + "\n")
+    from ..bench import format_bench_table, installed_frameworks, run_bench
+    from ..bench._threads import load_average, load_text, threads
+
+    if args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    backends = comma_list(args.backend) or None
+    with threads(args.threads, torch="torch" in (backends or installed_frameworks())) as said:
+        start_load = load_average()
+        print(f"bench: threads {'; '.join(said)}; {load_text()}", file=sys.stderr, flush=True)
+        try:
+            rows = run_bench(args.names or None, backends, quick=args.quick, reps=args.reps,
+                             progress=progress_stream(args.progress), redraw=args.progress)
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        out.write(format_bench_table(rows) + "\n")
+        out.write("ours / hand-written and ours / copy are ratios of medians measured interleaved "
+                  "in this run (lower is faster).\n")
+        out.write(kernels_line(start_load) + "\n")
     return 0
 
 
-def set_threads(n: int) -> None:
-    """Run every timed call on ``n`` threads, on purpose: a ratio compares two calls only if both
-    had the same cores. ``OMP_NUM_THREADS`` is read by torch when it is imported and by rotation
-    kernels at each call (the C kernel's NumPy path); a torch already imported is told directly."""
-    import os
+def progress_stream(flag: bool | None) -> TextIO | None:
+    """``sys.stderr``, or None for ``--no-progress`` (``--progress`` also sets ``redraw``)."""
     import sys
 
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(n)
+    return None if flag is False else sys.stderr
 
 
-def kernels_line() -> str:
+def kernels_line(start_load: float | None = None) -> str:
     """What ran the rotations: each rotation kernel plugin with its status (and, where the
     kernel says, its instruction set and thread count), then :func:`threads_line`."""
     from ..rope import kernels
@@ -82,29 +88,34 @@ def kernels_line() -> str:
         parts.append(f"{k.name} ({k.plugin.label}: {', '.join(detail)})")
     line = "rotation kernels: " + ("; ".join(parts) if parts else
                                    "none installed (the core's own paths ran)")
-    return line + "\n" + threads_line()
+    return line + "\n" + threads_line(start_load)
 
 
-def threads_line() -> str:
+def threads_line(start_load: float | None = None) -> str:
     """How many threads the timed calls ran on, framework by framework: the same for ours, the
-    hand-written code and the copy, except where a kernel says otherwise."""
+    hand-written code and the copy, except where a kernel says otherwise; then the CPUs and the
+    load average (at the start, ``start_load``, and now)."""
     import os
     import sys
+
+    from ..bench._threads import load_text
 
     parts = []
     torch = sys.modules.get("torch")
     if torch is not None:
-        parts.append(f"torch {torch.get_num_threads()} (ours, hand-written and clone alike)")
+        parts.append(f"torch {torch.get_num_threads()}, inter-op "
+                     f"{torch.get_num_interop_threads()} (ours, hand-written and clone alike)")
     if "numpy" in sys.modules:
         parts.append("NumPy 1 (its own functions: the core's rotation, the hand-written code and "
                      "the copy; a rotation kernel's own count is in its line above)")
     if "jax" in sys.modules:
-        parts.append("JAX: XLA's own CPU pool (ours, hand-written and copy alike)")
+        one = "xla_cpu_multi_thread_eigen=false" in os.environ.get("XLA_FLAGS", "")
+        parts.append(("JAX 1 (XLA_FLAGS)" if one else "JAX: XLA's own CPU pool")
+                     + " (ours, hand-written and copy alike)")
     env = os.environ.get("OMP_NUM_THREADS")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     tail = f"; OMP_NUM_THREADS={env}" if env else "; OMP_NUM_THREADS unset"
-    tail += f"; {os.cpu_count()} CPUs" + (f", load average {load:.2f}" if load is not None else "")
-    return "threads: " + ("; ".join(parts) if parts else "no framework imported") + tail
+    return ("threads: " + ("; ".join(parts) if parts else "no framework imported") + tail
+            + "; " + load_text(start_load))
 
 
 COMMAND = Command(
