@@ -1,7 +1,7 @@
 """A third-party plugin from an empty directory to a passing conformance run, as docs/plugins.md
 tells it: sections 1 to 4, step by step.
 
-Run from the repository root (no network; ten seconds or so with the NumPy backend)::
+Run from the repository root (no network; about 5 s of CPU time with the NumPy backend)::
 
     PEREGISTRY_BACKENDS=numpy python docs/examples/plugin_from_scratch.py
     python docs/examples/plugin_from_scratch.py --dir /tmp/myrope     # and keep what it made

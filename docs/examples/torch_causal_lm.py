@@ -1,6 +1,7 @@
 """A tiny causal language model in PyTorch whose attention uses peregistry's rotary encoder.
 
-Run from the repository root (needs ``peregistry[torch]``; a few seconds on one thread)::
+Run from the repository root (needs ``peregistry[torch]``; about 5 s of CPU time on one thread,
+2 s of it importing torch)::
 
     python docs/examples/torch_causal_lm.py                # --steps 60 --threads 1 by default
 
