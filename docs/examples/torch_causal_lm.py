@@ -30,7 +30,7 @@ import copy
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -38,7 +38,15 @@ from torch.nn import functional as F
 
 import peregistry as per
 
-Cache = list[tuple[torch.Tensor, torch.Tensor]]
+KV = tuple[torch.Tensor, torch.Tensor]     # one layer's keys and values
+Cache = list[KV]
+
+
+class Rotation(Protocol):
+    """What a layer asks of the tables: ``enc.tables(...)`` (a ``RotaryTables``) or the
+    hand-written reference."""
+
+    def rotate_all(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,8 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
         self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, tables: Any, past: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, tables: Rotation, past: KV | None
+                ) -> tuple[torch.Tensor, KV]:
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         q, k = tables.rotate_all(q, k)           # (b, heads, s, head_dim), this layer's q and k
@@ -95,8 +103,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.dim, 4 * cfg.dim), nn.GELU(),
                                  nn.Linear(4 * cfg.dim, cfg.dim))
 
-    def forward(self, x: torch.Tensor, tables: Any, past: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, tables: Rotation, past: KV | None
+                ) -> tuple[torch.Tensor, KV]:
         a, kv = self.attn(self.norm1(x), tables, past)
         x = x + a
         return x + self.mlp(self.norm2(x)), kv
@@ -126,6 +134,7 @@ class TinyLM(nn.Module):
             position_ids = torch.arange(past, past + s, device=ids.device).expand(b, s)
         x = self.embed(ids)
         pos = position_ids[:, None, :]           # (b, 1, s): one row for every head
+        tables: Rotation
         if self.rope == "peregistry":
             tables = self.enc.tables(pos)        # once per forward ...
         else:
