@@ -14,6 +14,8 @@ import _thread
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._namespaces import is_jax
+
 __all__ = ["clear", "compiled_call", "compiled_hook", "declares", "is_jax_namespace", "is_tracer"]
 
 #: XLA options of the programs: no LLVM optimization, so no multiply-add contraction.
@@ -30,14 +32,8 @@ untraceable: set[tuple[type, str]] = set()
 UNTRACEABLE_LIMIT = 256
 
 
-#: Module names of JAX's namespaces, as array-api-compat's ``is_jax_namespace`` tests them
-#: (compared directly: that one is ``lru_cache``-wrapped, which Dynamo warns about).
-_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
-
-
-def is_jax_namespace(xp: Any) -> bool:
-    """Whether ``xp`` is JAX's array namespace (without importing JAX)."""
-    return getattr(xp, "__name__", None) in _JAX_NAMES
+#: Whether ``xp`` is JAX's array namespace (without importing JAX).
+is_jax_namespace = is_jax
 
 
 def is_tracer(x: Any) -> bool:

@@ -8,7 +8,10 @@ adapters (they hold only what the Array API standard lacks; the rotary fast path
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,8 +36,8 @@ def _modules() -> dict[str, Path]:
 #: (the registry, the suite, the tools, the integrations) sits above and may import them all.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({"peregistry.errors", "peregistry._options", "peregistry._markers",
-                               "peregistry._records", "peregistry._jax_eager",
-                               "peregistry.backends"})),
+                               "peregistry._namespaces", "peregistry._records",
+                               "peregistry._jax_eager", "peregistry.backends"})),
     ("kinds", frozenset({"peregistry.kinds"})),
     ("engine", frozenset({"peregistry.rope"})),
     ("families", frozenset({"peregistry.encoders"})),
@@ -204,3 +207,54 @@ def test_backend_adapters_know_nothing_rotary() -> None:
                 found.append(f"{path.name}:{name}")
     assert not found, f"rotary names in backends/: {sorted(set(found))}"
 
+
+# -- the walk of a call: docs/architecture.md and docs/benchmarks.md show bench_walk.py's table --
+
+WALK_HEADER = "| call | functions, files, moves, most entries of a file | limit | |"
+
+
+def _bench_walk() -> Any:
+    path = PACKAGE.parent / "benchmarks" / "bench_walk.py"
+    spec = importlib.util.spec_from_file_location("bench_walk", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _walk_rows(doc: str) -> dict[str, list[str]]:
+    text = (PACKAGE.parent / "docs" / doc).read_text(encoding="utf-8")
+    assert WALK_HEADER in text, f"docs/{doc} has no table of bench_walk.py --markdown"
+    lines = text.split(WALK_HEADER, 1)[1].splitlines()[2:]
+    rows: dict[str, list[str]] = {}
+    for line in lines:
+        if not line.startswith("| "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+@pytest.mark.parametrize("doc", ["architecture.md", "benchmarks.md"])
+def test_the_docs_walk_table_is_the_scripts(doc: str) -> None:
+    """The docs' table is ``bench_walk.py --markdown``'s: its calls, in its format, with the
+    script's limits (the figures are measured: they are checked for their form only)."""
+    bench = _bench_walk()
+    rows = _walk_rows(doc)
+    assert list(rows) == list(bench.LIMITS), f"docs/{doc}: the walk table's calls"
+    for label, (figures, limit, verdict) in rows.items():
+        assert re.fullmatch(r"\d+, \d+, \d+, \d+", figures), f"docs/{doc}: {label}: {figures}"
+        assert limit == bench.LIMITS[label].describe(), f"docs/{doc}: {label}'s limit"
+        assert verdict in ("ok", "MISSED"), f"docs/{doc}: {label}: {verdict}"
+
+
+def test_the_walk_table_is_made_by_the_script() -> None:
+    bench = _bench_walk()
+    label = next(iter(bench.LIMITS))
+    limit = bench.LIMITS[label]
+    walks = {label: bench.Walk(["f"] * limit.functions, ["a.py"], 0, 1)}
+    table = bench.markdown(walks).splitlines()
+    assert table[0] == WALK_HEADER
+    assert table[2] == f"| {label} | {limit.functions}, 1, 0, 1 | {limit.describe()} | ok |"
+    walks = {label: bench.Walk(["f"] * (limit.functions + 1), ["a.py"], 0, 1)}
+    assert bench.markdown(walks).endswith("| MISSED |")

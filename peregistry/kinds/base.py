@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .._namespaces import JAX_NAMES
 from .._options import Option, freeze, thaw
 from ._declaration import KINDS, check_defaults, guard_overrides
 from ._examples import Examples
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "AbsoluteEncoder", "Ctx", "Encoder"]
 
-#: Module names of JAX's array namespaces (compared directly: importing nothing).
-_JAX_NAMES = frozenset({"jax.numpy", "jax.experimental.array_api"})
 _NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
 #: dtype -> (integral, real floating): facts of the dtype, asked of every positions array
 #: (``isdtype`` costs more than the rest of a small call's checks on NumPy).
@@ -255,7 +254,7 @@ class Encoder(Examples, Params):
         with the bits of running it op by op (:mod:`peregistry._jax_eager`)."""
         xp = ctx.xp
         try:
-            if getattr(xp, "__name__", None) in _JAX_NAMES and (
+            if getattr(xp, "__name__", None) in JAX_NAMES and (
                     dtype is _NO_DTYPE or dtype in (xp.float32, xp.float64)):
                 from .._jax_eager import compiled_hook
 

@@ -73,8 +73,8 @@ class RotaryTables:
     object is made (it casts them to float32 then): make new ones for new values.
     """
 
-    __slots__ = ("_constant", "_ctx", "_float32", "cos", "head_dim", "interleaved", "last",
-                 "owner", "rotary_dim", "sin")
+    __slots__ = ("_batch", "_constant", "_ctx", "_float32", "_floats", "_type", "cos",
+                 "head_dim", "interleaved", "last", "owner", "rotary_dim", "sin")
 
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
                  owner: str = "RotaryTables", ctx: Ctx | None = None,
@@ -116,6 +116,12 @@ class RotaryTables:
             cos, sin = _delegation.materialize(cos, sin, xp=xp, constant=constant)
         self.cos, self.sin = cos, sin
         self._constant = constant
+        # What every rotation asks of the tables, answered once: their array type (an ``x`` of
+        # it is the adapter's), the floating dtypes of the namespace, the positions' shape.
+        self._type = type(cos)
+        self._floats = frozenset({cos.dtype, *(t.dtype for t in self._float32 or ()),
+                                  *ctx.backend.float_dtypes().values()})
+        self._batch = tuple(cos.shape[:-1])
 
     @property
     def layout(self) -> Layout:
@@ -127,31 +133,45 @@ class RotaryTables:
         return (f"RotaryTables(shape={tuple(self.cos.shape)}, dtype={self.cos.dtype}, "
                 f"layout={self.layout!r}, owner={self.owner!r})")
 
+    def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
+        """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
+        rotate = self.rotate
+        out = []
+        for x in xs:
+            out.append(rotate(x))
+        return tuple(out)
+
     def rotate(self, x: Any) -> Any:
-        """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device."""
+        """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device.
+
+        The tables were checked when they were made; ``x`` is checked here, each check a
+        comparison with what the tables know (the slow answers only for an ``x`` they do not
+        describe, and for the error)."""
         ctx = self._ctx
         xp = ctx.xp
-        if not ctx.backend.owns(x):
+        if type(x) is not self._type and not ctx.backend.owns(x):
             got = "None" if x is None else f"{type(x).__module__}.{type(x).__qualname__}"
             raise TypeError(f"{self.owner}: x must be an array of {ctx.backend.name}, like the "
                             f"tables; got {got}")
-        if not ctx.backend.is_float_dtype(x.dtype):
+        dtype = x.dtype
+        if dtype not in self._floats and not ctx.backend.is_float_dtype(dtype):
             raise TypeError(f"{self.owner}: x must have a real floating dtype of "
                             f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
-                            f"got {x.dtype}")
+                            f"got {dtype}")
         shape = tuple(x.shape)
-        want = "" if self.head_dim is None else f" == {self.head_dim}"
         if (len(shape) == 0 or (self.head_dim is not None and shape[-1] != self.head_dim)
                 or shape[-1] < self.rotary_dim):
+            want = "" if self.head_dim is None else f" == {self.head_dim}"
             raise ValueError(f"{self.owner}: x.shape={shape}, but x.shape[-1] should be"
                              f"{want or f' >= {self.rotary_dim}'} (x is (..., seq, dim))")
-        batch = tuple(self.cos.shape[:-1])
-        if not broadcasts_into(batch, shape[:-1]):
+        batch = self._batch
+        if shape[len(shape) - 1 - len(batch):-1] != batch and not broadcasts_into(
+                batch, shape[:-1]):
             raise ValueError(f"{self.owner}: tables of positions {batch} do not broadcast against "
                              f"x.shape[:-1]={shape[:-1]}")
         # float32 and wider rotate in their own dtype (in the native byte order), narrower
         # ones in float32
-        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else compute_float(x.dtype, xp)
+        cdt = dtype if dtype in (xp.float32, xp.float64) else compute_float(dtype, xp)
         cos, sin = self.cos, self.sin
         if cdt != cos.dtype:  # the tables in the dtype the rotation runs in
             if self._float32 is not None and cdt == xp.float32:
@@ -159,12 +179,11 @@ class RotaryTables:
             else:
                 cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp,
                                                    constant=self._constant)
+        if not self.last:
+            return _delegation.rotate(x, cos, sin, rotary_dim=self.rotary_dim,
+                                      interleaved=self.interleaved, cdt=cdt, xp=xp)
         return rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
-                               interleaved=self.interleaved, last=self.last, cdt=cdt, xp=xp)
-
-    def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
-        """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
-        return tuple([self.rotate(x) for x in xs])
+                               interleaved=self.interleaved, last=True, cdt=cdt, xp=xp)
 
 
 def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: Layout = "half") -> Any:

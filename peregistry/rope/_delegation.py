@@ -1,10 +1,10 @@
 """The one place where the rope engine hands a call to a framework's own implementation.
 
 As array-api-extra's ``_delegation.py``: each function asks which namespace it got
-(``if is_torch_namespace(xp): ...``) and otherwise calls the generic Array API code of
-:mod:`._funcs`, which is the reference the fast paths are tested against (bit for bit). Fast
-paths never leak into the generic layer or into the backend adapters, which only hold what the
-standard lacks.
+(``if is_torch(xp): ...``; the names are declared once, in :mod:`peregistry._namespaces`) and
+otherwise calls the generic Array API code of :mod:`._funcs`, which is the reference the fast
+paths are tested against (bit for bit). Fast paths never leak into the generic layer or into the
+backend adapters, which only hold what the standard lacks.
 
 * :func:`rotate` — the rotation: the rotation kernels of plugins (:mod:`._kernels`), torch's
   blocked / functional / DTensor paths (:mod:`._torch`), NumPy's ufuncs writing into one output
@@ -35,6 +35,7 @@ import peregistry.rope._torch as _torch
 
 from .._jax_eager import is_jax_namespace as _is_jax
 from .._jax_eager import is_tracer as _is_tracer
+from .._namespaces import NUMPY_NAMES, TORCH_NAMES, is_torch
 from ._funcs import Layout, apply_rotation, full_width
 
 if TYPE_CHECKING:
@@ -57,17 +58,8 @@ __all__ = [
 ]
 
 
-#: Module names of the namespaces, as array-api-compat's ``is_torch_namespace`` /
-#: ``is_jax_namespace`` test them. Compared here directly: those two are ``lru_cache``-wrapped,
-#: which Dynamo warns about when it traces a call (``torch.compile`` with warnings as errors).
-_TORCH_NAMES = frozenset({"torch", "array_api_compat.torch"})
-_NUMPY_NAMES = frozenset({"numpy", "array_api_compat.numpy"})
 #: ``(module, name)`` of the array classes :func:`short_ints` reads: exactly, not subclasses.
 _PLAIN_ARRAYS = frozenset({("numpy", "ndarray"), ("torch", "Tensor")})
-
-
-def _is_torch(xp: Any) -> bool:
-    return getattr(xp, "__name__", None) in _TORCH_NAMES
 
 
 
@@ -87,10 +79,10 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
             if out is not None:
                 return out
     name = getattr(xp, "__name__", None)
-    if native and name in _TORCH_NAMES:
+    if native and name in TORCH_NAMES:
         return _torch.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
                              eager=eager)
-    if native and name in _NUMPY_NAMES:
+    if native and name in NUMPY_NAMES:
         out = _numpy.rotate(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt)
         if out is not None:
             return out
@@ -148,7 +140,7 @@ def materialize(*arrays: Any, xp: Any, constant: bool) -> tuple[Any, ...]:
     one shape and dtype. ``constant``: no derivative can flow
     through the arrays (made from integer positions and constants only); torch then uses an
     opaque op, else a differentiable stack (:func:`._torch.materialize`)."""
-    if _is_torch(xp):
+    if is_torch(xp):
         return _torch.materialize(*arrays, constant=constant)
     if _is_jax(xp):
         return _jax.materialize(*arrays)
@@ -160,7 +152,7 @@ def cacheable(x: Any, *, ctx: Ctx) -> bool:
     calls: not a tracer, nor tied to a mode (torch's inference tensors)."""
     if ctx.backend.is_tracing(x):
         return False
-    if _is_torch(ctx.xp):
+    if is_torch(ctx.xp):
         return not _torch.is_inference(x)
     return True
 
@@ -168,7 +160,7 @@ def cacheable(x: Any, *, ctx: Ctx) -> bool:
 def cache_scope(xp: Any) -> AbstractContextManager[Any]:
     """Context in which arrays meant for an eager cache are computed (torch leaves inference
     mode there, so a table made during inference also serves training)."""
-    if _is_torch(xp):
+    if is_torch(xp):
         return _torch.cache_scope()
     return nullcontext()
 
@@ -180,7 +172,7 @@ def int_bounds(x: Any, *, ctx: Ctx) -> tuple[int, int] | None:
     values = short_ints(x, ctx=ctx, limit=64)
     if values is not None:
         return min(values), max(values)
-    if _is_torch(ctx.xp):
+    if is_torch(ctx.xp):
         return _torch.int_bounds(x)
     if _is_jax(ctx.xp):
         return _jax.int_bounds(x)
@@ -195,7 +187,7 @@ def read_one(x: Any, *, ctx: Ctx) -> int | None:
     """The value of a one-element integer array that no trace holds (the caller checked), as a
     Python int; None where reading it would be staged (JAX inside an enclosing ``jax.jit``)."""
     name = getattr(ctx.xp, "__name__", None)
-    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+    if name in TORCH_NAMES or name in NUMPY_NAMES:
         return int(x.item())  # one element, any shape: no staging, no reshape
     one = ctx.xp.reshape(x, ())
     if ctx.backend.is_tracing(one):
@@ -207,7 +199,7 @@ def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
     """The values of a small integer array that no trace holds (the caller checked), flattened,
     as Python ints; None where reading them would be staged."""
     name = getattr(ctx.xp, "__name__", None)
-    if name in _TORCH_NAMES or name in _NUMPY_NAMES:
+    if name in TORCH_NAMES or name in NUMPY_NAMES:
         return x.reshape(-1).tolist()  # type: ignore[no-any-return]  # Python ints already
     flat = ctx.xp.reshape(x, (-1,))
     if ctx.backend.is_tracing(flat):
@@ -218,7 +210,7 @@ def read_ints(x: Any, *, ctx: Ctx) -> list[int] | None:
 def take_last(x: Any, idx: Any, *, xp: Any) -> Any:
     """``x`` indexed along its last axis by a 1-D index of non-negative integers: one
     operation (array-api-compat's torch ``take`` first maps negative indices, three more)."""
-    if getattr(xp, "__name__", None) in _TORCH_NAMES:
+    if is_torch(xp):
         return sys.modules["torch"].index_select(x, x.ndim - 1, idx)
     return xp.take(x, idx, axis=x.ndim - 1)
 
@@ -254,7 +246,7 @@ def wide_int(xp: Any) -> Any:
 def reads_cheaply(x: Any, *, xp: Any) -> bool:
     """Whether reading values of ``x`` on the host costs no device synchronization (the engine
     may then look at them to pick a faster path)."""
-    if _is_torch(xp):
+    if is_torch(xp):
         return bool(getattr(x, "is_cpu", True))
     if _is_jax(xp):
         return _jax.reads_cheaply(x)
@@ -268,9 +260,10 @@ def clip_int(d: Any, low: int, high: int, *, xp: Any) -> Any:
     ``minimum(maximum(...))`` give the same integers in one kernel each, where array-api-compat's
     ``clip`` (broadcasting and dtype checks) and its ``where`` with a Python scalar cost more
     than the arithmetic of a small call."""
-    if getattr(xp, "__name__", None) in _TORCH_NAMES:
+    name = getattr(xp, "__name__", None)  # (read once: a small call's cost)
+    if name in TORCH_NAMES:
         return sys.modules["torch"].clamp(d, low, high)  # (torch is imported: d is a tensor)
-    if getattr(xp, "__name__", None) in _NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)
+    if name in NUMPY_NAMES and d.ndim:  # (0-d: NumPy gives a scalar)
         import numpy as np
 
         return np.minimum(np.maximum(d, low), high)
