@@ -99,6 +99,22 @@ def test_special_values(interleaved: bool) -> None:
         _check(x, cos, sin, 8, interleaved)
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_blocked_special_values(interleaved: bool) -> None:
+    """The blocked path's passes (the half layout's swapped copy, the interleaved layout's pairs
+    swapped as 64-bit integers) keep every special value's bits, in ``x`` and in the tables."""
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 1e-40,
+                         3.4e38, -3.4e38, 1.0], dtype=np.float32)
+    rng = np.random.default_rng(13)
+    x = rng.choice(specials, size=(2, 3, 2 * fast.BLOCK_ELEMENTS // 64 + 5, 64))
+    assert x.dtype == np.float32 and x.size >= 2 * fast.BLOCK_ELEMENTS
+    cos, sin = _tables((x.shape[-2], 32), np.float32, 14)
+    cos[1, :3], sin[2, 1:4] = specials[:3], specials[2:5]  # (NaN and inf in the tables too)
+    with np.errstate(all="ignore"):
+        _check(x, cos, sin, 64, interleaved)
+        _check(x.astype(np.float16), cos, sin, 64, interleaved)
+
+
 def test_declines() -> None:
     """Anything it does not take is left to the generic rotation (which gives the result)."""
     x = np.ones((2, 4), np.float32)
