@@ -9,17 +9,26 @@ interleaved repetitions (ours, baseline, ours, baseline, ...) so drifts of the m
 * decode, (8, 32, 1, 128) at position 4095, one torch thread: vs a minimal hand-written torch
   RoPE (goal <= 1.2x);
 * ``jax.jit(rotate)`` vs a jitted hand-written jax RoPE (goal <= 1.1x), prefill and decode;
-* NumPy vs a hand-written NumPy RoPE (goal <= 1.2x).
+* NumPy vs a hand-written NumPy RoPE (goal <= 1.2x);
+* ``--copy``: only the prefill (1, 32, 2048, 128) float32 of both layouts against a copy of
+  ``x`` made by the same framework (NumPy and torch eager, ``torch.compile``, ``jax.jit``), as
+  wall-clock and as CPU-time ratios. CPU time (``time.process_time``: every thread of the
+  process) does not count the time other processes hold the cores, so on a shared machine it
+  moves far less than the wall clock (it still counts their share of caches and memory
+  bandwidth). Run it with ``PEREGISTRY_NATIVE=0`` for the core alone; the threads are
+  ``OMP_NUM_THREADS`` (torch and the rotation kernels) and XLA's own pool.
 
-Run: ``python benchmarks/bench_rotary.py [--reps N] [--quick]``.
+Run: ``python benchmarks/bench_rotary.py [--reps N] [--quick] [--copy]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,6 +51,65 @@ def interleaved(ours: Callable[[], Any], base: Callable[[], Any], reps: int,
         t_ours.append(t1 - t0)
         t_base.append(t2 - t1)
     return statistics.median(t_ours) / statistics.median(t_base)
+
+
+def interleaved_cpu(ours: Callable[[], Any], base: Callable[[], Any], reps: int,
+                    sync: Callable[[Any], Any] = lambda r: r) -> tuple[float, float]:
+    """(wall-clock ratio, CPU-time ratio) of the medians, timed as :func:`interleaved`."""
+    for _ in range(2):
+        sync(ours())
+        sync(base())
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
+    for _ in range(reps):
+        for fn, w, c in ((ours, wall[0], cpu[0]), (base, wall[1], cpu[1])):
+            t0, p0 = time.perf_counter(), time.process_time()
+            sync(fn())
+            c.append(time.process_time() - p0)
+            w.append(time.perf_counter() - t0)
+    med = statistics.median
+    return med(wall[0]) / med(wall[1]), med(cpu[0]) / med(cpu[1])
+
+
+def copy_bench(reps: int) -> None:
+    """Prefill against a copy of ``x`` (see the module): each framework that is installed."""
+    shape = (1, 32, 2048, 128)
+    x_np = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    encs: dict[str, Any] = {lay: per.get_encoder("rotary", dim=128, layout=lay)
+                            for lay in ("half", "interleaved")}
+    print(f"{'prefill (1, 32, 2048, 128) float32 vs a copy of x':<58} {'wall':>6}  {'cpu':>6}")
+
+    def row(name: str, ratios: tuple[float, float]) -> None:
+        print(f"{name:<58} {ratios[0]:5.2f}x  {ratios[1]:5.2f}x", flush=True)
+
+    for lay, enc in encs.items():
+        row(f"numpy eager, {lay}", interleaved_cpu(partial(enc.rotate, x_np), x_np.copy, reps))
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: skipped")
+    else:
+        xt = torch.from_numpy(x_np.copy())
+        for lay, enc in encs.items():
+            row(f"torch eager, {lay}", interleaved_cpu(partial(enc.rotate, xt), xt.clone, reps))
+        for lay, enc in encs.items():
+            f = torch.compile(enc.rotate, fullgraph=True, dynamic=False)
+            row(f"torch.compile (inductor, compiled cold), {lay}",
+                interleaved_cpu(partial(f, xt), xt.clone, reps))
+    try:
+        import jax
+    except ImportError:
+        print("jax not installed: skipped")
+    else:
+        xj = jax.numpy.asarray(x_np)
+        copy = partial(jax.jit(jax.numpy.copy), xj)
+
+        def ready(out: Any) -> Any:
+            return out.block_until_ready()
+
+        for lay, enc in encs.items():
+            row(f"jax.jit, {lay}", interleaved_cpu(partial(jax.jit(enc.rotate), xj), copy, reps,
+                                                   sync=ready))
 
 
 def report(name: str, ratio: float, goal: float) -> None:
@@ -187,8 +255,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="skip the largest shapes")
+    parser.add_argument("--copy", action="store_true",
+                        help="only the prefill of both layouts against a copy, wall and CPU time")
     args = parser.parse_args()
     print(f"ratios = median(ours) / median(baseline), {args.reps} interleaved repetitions")
+    if args.copy:
+        from peregistry.cli._bench import kernels_line
+
+        print(kernels_line())
+        copy_bench(args.reps)
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return
     try:
         import torch
 
