@@ -14,7 +14,7 @@ each command as it runs it:
 1. ``pip install -e .`` (with ``--no-deps --no-build-isolation``: peregistry, pytest and
    setuptools are already installed, so no index is needed);
 2. ``peregistry list``: the encoder ``shifted-sin`` is listed with the distribution
-   ``peregistry-myrope 0.1.0``, found through its entry point alone;
+   ``peregistry-myrope 0.1.0`` and its docstring's summary, found through its entry point alone;
 3. ``pytest``: the conformance suite of section 4 on the backends of ``PEREGISTRY_BACKENDS``
    (every installed one if unset), with the test ids the page gives;
 4. ``pip uninstall -y peregistry-myrope``, and ``peregistry list`` no longer shows it.
@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "plugins.md"
-DIST, ENCODER = "peregistry-myrope", "shifted-sin"
+DIST, ENCODER, SUMMARY = "peregistry-myrope", "shifted-sin", "Sinusoid with a phase shift"
 README = "# peregistry-myrope\n\nA sinusoid with a phase shift, as a peregistry plugin.\n"
 
 
@@ -96,9 +96,9 @@ def step(python: Path, *args: str, cwd: Path | None = None) -> subprocess.Comple
     return done
 
 
-def listed(out: str) -> bool:
-    """Whether ``peregistry list`` shows the encoder with its distribution."""
-    return any(line.split()[:1] == [ENCODER] and DIST in line for line in out.splitlines())
+def rows(out: str) -> list[str]:
+    """The rows of ``peregistry list`` output that name the encoder."""
+    return [line for line in out.splitlines() if line.split()[:1] == [ENCODER]]
 
 
 def run(root: Path) -> list[str]:
@@ -111,8 +111,10 @@ def run(root: Path) -> list[str]:
     if done.returncode:
         return ["pip install -e . failed"]
     try:
-        if not listed(step(python, "peregistry", "list").stdout):
-            wrong.append(f"peregistry list does not show {ENCODER} from {DIST}")
+        found = rows(step(python, "peregistry", "list").stdout)
+        # its distribution, and its summary: the first line of its docstring (section 3)
+        if not any(DIST in r and SUMMARY in r for r in found):
+            wrong.append(f"peregistry list does not show {ENCODER} from {DIST}, '{SUMMARY}'")
         done = step(python, "pytest", "-p", "no:cacheprovider", "-q", "-rA", cwd=pkg)
         if done.returncode:
             wrong.append(f"the conformance suite failed (pytest exit {done.returncode})")
@@ -122,7 +124,7 @@ def run(root: Path) -> list[str]:
     finally:
         if step(python, "pip", "uninstall", "-y", DIST).returncode:
             wrong.append("pip uninstall failed")
-    if listed(step(python, "peregistry", "list").stdout):
+    if rows(step(python, "peregistry", "list").stdout):
         wrong.append(f"{ENCODER} is still listed after pip uninstall")
     return wrong
 
