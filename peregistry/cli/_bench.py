@@ -47,7 +47,8 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
     backends = comma_list(args.backend) or None
-    with threads(args.threads, torch="torch" in (backends or installed_frameworks())) as said:
+    timed = backends or installed_frameworks()
+    with threads(args.threads, torch="torch" in timed, jax="jax" in timed) as said:
         start_load = load_average()
         print(f"bench: threads {'; '.join(said)}; {load_text()}", file=sys.stderr, flush=True)
         try:
