@@ -160,7 +160,7 @@ def _entry(module: str, path: str) -> list[str]:
             else "function" if callable(obj) else "attribute")
     lines = [title, ""]
     if kind == "class":
-        bases = [b.__name__ for b in obj.__bases__ if b is not object]
+        bases = _public_bases(obj, module)
         head = f"class {obj.__name__}" + (f"({', '.join(bases)})" if bases else "")
         init = inspect.getattr_static(obj, "__init__", None)
         sig = ""
@@ -183,6 +183,33 @@ def _entry(module: str, path: str) -> list[str]:
     return lines
 
 
+def _public_bases(cls: type, module: str) -> list[str]:
+    """The nearest public ancestors of ``cls`` (builtins, or names of ``peregistry`` or of
+    ``module``): its internal mixins are not the reader's business."""
+    spaces = [importlib.import_module("peregistry"), importlib.import_module(module)]
+
+    def public(c: type) -> bool:
+        return c.__module__ in ("builtins", "typing") or any(getattr(m, c.__name__, None) is c
+                                                             for m in spaces)
+
+    found = [c for c in cls.__mro__[1:] if c is not object and public(c)]
+    nearest = [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+    return [c.__name__ for c in nearest]
+
+
+def signature_view(text: str) -> list[str]:
+    """The lines of a rendered page that state the API (headings, signatures, tables): what
+    ``tests/test_api_reference.py`` holds to the code; docstring prose may lag a run behind."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = line == "```text"
+            continue
+        if fenced or line.startswith(("#", "| ")):
+            out.append(line)
+    return out
+
+
 def _builtin_types() -> list[str]:
     """The table of what ``get_encoder`` returns for each built-in name (its overloads)."""
     import peregistry as per
@@ -198,7 +225,7 @@ def _builtin_types() -> list[str]:
 def render() -> str:
     out = ["# API reference", "",
            "Generated from the code by `python docs/make_api.py` (tests/test_api_reference.py "
-           "checks that it is current): each signature as the source annotates it, then its "
+           "holds its signatures to the code): each signature as the source annotates it, then its "
            "docstring. Arrays are typed `Any`: an encoder takes and returns the arrays of any "
            "Array API framework (the output's type is the input's).", ""]
     for heading, module, intro, members in SECTIONS:

