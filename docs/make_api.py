@@ -68,7 +68,8 @@ def _role(m: re.Match[str]) -> str:
 
 def markdown(doc: str) -> str:
     """A docstring (reST as the code writes it) as Markdown: roles and ``literals`` to code
-    spans, ``>>>`` examples to ``pycon`` blocks, ``::`` literal blocks to ``text`` blocks."""
+    spans, ``>>>`` examples to ``pycon`` blocks, ``::`` literal blocks to plain fenced blocks
+    (``text`` blocks hold the signatures: :func:`signature_view`)."""
     lines = inspect.cleandoc(doc).splitlines()
     out: list[str] = []
     i = 0
@@ -92,7 +93,7 @@ def markdown(doc: str) -> str:
             while block and not block[-1].strip():
                 block.pop()
             indent = min((len(b) - len(b.lstrip()) for b in block if b.strip()), default=0)
-            out += ["", "```text", *(b[indent:] for b in block), "```", ""]
+            out += ["", "```", *(b[indent:] for b in block), "```", ""]  # (prose: not a signature)
             continue
         out.append(_inline(line))
         i += 1

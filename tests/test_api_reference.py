@@ -45,7 +45,7 @@ def test_markdown_of_a_docstring() -> None:
         "Use :func:`~peregistry.get_encoder` or :class:`peregistry.Encoder`, ``x``::\n\n"
         "    enc = f()\n\nthen\n\n>>> 1 + 1\n2\n\n:param x: the x.")
     assert md.splitlines() == [
-        "Use `get_encoder` or `peregistry.Encoder`, `x`:", "", "```text", "enc = f()", "```", "",
+        "Use `get_encoder` or `peregistry.Encoder`, `x`:", "", "```", "enc = f()", "```", "",
         "then", "", "```pycon", ">>> 1 + 1", "2", "```", "", "- `x`: the x."]
 
 
