@@ -14,7 +14,8 @@ Parsers (Sybil's Markdown ones, and small evaluators of ours on its lexers):
   interpreter's ``bin`` first on ``PATH``; a ``console`` block's commands are its ``$ `` lines,
   its other lines their expected output. The rule for shell blocks: a block runs when its
   commands are cheap and safe, i.e. read the installed package and write only into the working
-  directory (``peregistry show/list/plot``, ``python`` on a file of the repository); a block that
+  directory (``peregistry show/list/plot``, ``python docs/...``: a path under ``docs/`` is the
+  repository's); a block that
   installs, builds, publishes, benchmarks, trains or runs a test suite is marked
   ``<!-- skip: next "why" -->``. Shell commands that are not in a bash or console block (a bare
   fence) are not run: write them in one.
@@ -124,7 +125,7 @@ class PythonBlocks(PythonCodeBlockParser):
     def __call__(self, document: Document) -> Iterable[Region]:
         for region in super().__call__(document):
             m = OUTPUT_FENCE.match(document.text, region.end)
-            is_code = region.evaluator is self.codeblock_parser._evaluator  # not a doctest
+            is_code = not isinstance(region.parsed, doctest.Example)
             fenced = document.text[region.start:region.end].startswith("```")
             if is_code and SCRIPT.match(str(region.parsed)):
                 region.evaluator = _run_script
@@ -146,10 +147,9 @@ def _run_shell(example: Example) -> str | None:
                 commands[-1] = (commands[-1][0], commands[-1][1] + raw + "\n")
         elif raw.strip() and not raw.lstrip().startswith("#"):
             commands.append((raw, ""))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PEREGISTRY_REPO": str(ROOT)}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for command, want in commands:
-        command = command.replace(" docs/", f" {shlex.quote(str(ROOT))}/docs/")
+        command = command.replace(" docs/", f" {shlex.quote(str(ROOT))}/docs/")  # the page's own files
         done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True,
                               timeout=600, check=False)
         if done.returncode != 0:
