@@ -41,8 +41,8 @@ SECTIONS: list[tuple[str, str, str, list[str]]] = [
      "(fast paths from plugins: [plugins](plugins.md#rotation-kernels)).", [
         "apply_rotation", "kernels", "RotationKernel", "RotationKernel.rotate"]),
     ("`peregistry.multimodal`", "peregistry.multimodal", "", [
-        "position_ids", "num_tokens", "segment_spans", "Text", "Image", "Video", "Audio",
-        "AudioVisual"]),
+        "position_ids", "batch_position_ids", "num_tokens", "segment_spans", "SegmentBase", "Text",
+        "Image", "Video", "Audio", "AudioVisual"]),
     ("`peregistry.parallel`", "peregistry.parallel", "Packed sequences and context parallelism; "
      "the pictures and the mapping to TransformerEngine and flash-attention are in "
      "[sharded and distributed arrays](distributed.md).", [

@@ -113,7 +113,7 @@ from .output import (
 from .rules import CONVENTIONS, Convention
 from .rules import DEFAULT_SECONDS_PER_CHUNK as DEFAULT_SECONDS_PER_CHUNK
 from .rules import DEFAULT_TOKENS_PER_SECOND as DEFAULT_TOKENS_PER_SECOND
-from .segments import Audio, AudioVisual, Image, Segment, Text, Video
+from .segments import Audio, AudioVisual, Image, Segment, SegmentBase, Text, Video
 from .segments import audio_tokens as audio_tokens
 
 __all__ = [
@@ -125,6 +125,7 @@ __all__ = [
     "Image",
     "PositionIds",
     "Segment",
+    "SegmentBase",
     "Text",
     "Video",
     "batch_position_ids",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..kinds._services import current_services
 from .rules import Convention, _checked, _row, _settings
-from .segments import _SEGMENT_TYPES, Segment, _describe, _int, _length
+from .segments import _SEGMENT_TYPES, Segment, SegmentBase, _describe, _int, _length
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,7 +100,7 @@ def _to_output(owner: str, host: np.ndarray[Any, Any], backend: Backend, device:
 
 
 # -- public functions ------------------------------------------------------------------------------
-def num_tokens(segments: Sequence[Segment], *, convention: Convention = "qwen2-vl",
+def num_tokens(segments: Sequence[SegmentBase], *, convention: Convention = "qwen2-vl",
                spatial_merge_size: int = 2) -> int:
     """How many tokens ``segments`` occupy (the length of the ids :func:`position_ids` returns),
     e.g. to build ``input_ids`` or an attention mask."""
@@ -108,7 +108,7 @@ def num_tokens(segments: Sequence[Segment], *, convention: Convention = "qwen2-v
     return sum(_length(seg, s.merge) for seg in _checked("num_tokens", segments, s))
 
 
-def segment_spans(segments: Sequence[Segment], *, convention: Convention = "qwen2-vl",
+def segment_spans(segments: Sequence[SegmentBase], *, convention: Convention = "qwen2-vl",
                   spatial_merge_size: int = 2) -> list[tuple[str, int, int]]:
     """``(kind, start, stop)`` token spans of each segment (``kind`` is ``"text"``,
     ``"image"``, ...), in order: which tokens of the ids belong to which segment."""
@@ -122,7 +122,7 @@ def segment_spans(segments: Sequence[Segment], *, convention: Convention = "qwen
 
 
 def position_ids(
-    segments: Sequence[Segment],
+    segments: Sequence[SegmentBase],
     *,
     convention: Convention = "qwen2-vl",
     spatial_merge_size: int = 2,
@@ -222,7 +222,7 @@ def _padded_slots(owner: str, lengths: list[int], length: Any,
 
 
 def batch_position_ids(
-    batch: Sequence[Sequence[Segment]],
+    batch: Sequence[Sequence[SegmentBase]],
     *,
     convention: Convention = "qwen2-vl",
     attention_mask: Any = None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TypeAlias
 
-__all__ = ["Audio", "AudioVisual", "Image", "Segment", "Text", "Video", "audio_tokens"]
+__all__ = ["Audio", "AudioVisual", "Image", "Segment", "SegmentBase", "Text", "Video", "audio_tokens"]
 
 
 # -- validation helpers ----------------------------------------------------------------------------
@@ -57,8 +57,17 @@ def _grid(owner: str, value: Any) -> tuple[int, int, int]:
 
 
 # -- segments --------------------------------------------------------------------------------------
+class SegmentBase:
+    """The base class of the segments (:class:`Text`, :class:`Image`, :class:`Video`,
+    :class:`Audio`, :class:`AudioVisual`), the type the public functions take a sequence of:
+    mypy types ``[Text(5), Image((1, 4, 4))]`` as a list of the classes' common base (of
+    ``object`` without one), pyright as a list of their union; both are sequences of this."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
-class Text:
+class Text(SegmentBase):
     """``n`` text tokens (markers such as ``<|vision_start|>`` included): ids ``start + k`` on
     all three axes."""
 
@@ -69,7 +78,7 @@ class Text:
 
 
 @dataclass(frozen=True, slots=True)
-class Image:
+class Image(SegmentBase):
     """An image's placeholder tokens, from its patch grid ``(t, h, w)`` as the image processor
     reports it (``image_grid_thw``; before spatial merging, so ``h`` and ``w`` are multiples of
     ``spatial_merge_size``)."""
@@ -81,7 +90,7 @@ class Image:
 
 
 @dataclass(frozen=True, slots=True)
-class Video:
+class Video(SegmentBase):
     """A video's placeholder tokens, from its patch grid ``(t, h, w)`` (``video_grid_thw``).
 
     :ivar seconds_per_grid: seconds of video per temporal grid (``temporal_patch_size / fps``,
@@ -129,7 +138,7 @@ def audio_tokens(n_frames: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Audio:
+class Audio(SegmentBase):
     """An audio clip's placeholder tokens (Qwen2.5-Omni), given by exactly one of
 
     :ivar n_frames: its mel frames (the feature extractor's ``feature_attention_mask.sum()``, 100
@@ -165,7 +174,7 @@ class Audio:
 
 
 @dataclass(frozen=True, slots=True)
-class AudioVisual:
+class AudioVisual(SegmentBase):
     """A Qwen2.5-Omni video with its audio track (``use_audio_in_video=True``): the whole block
     ``<|vision_bos|><|audio_bos|>`` (one shared id), the video and audio tokens interleaved in
     time chunks, ``<|audio_eos|><|vision_eos|>`` (one shared id); ``4 + video + audio`` tokens."""
