@@ -3,10 +3,10 @@
 Parsers (Sybil's Markdown ones, and small evaluators of ours on its lexers):
 
 - ```` ```python ```` blocks run in order in one namespace per page (a reader follows a page top
-  to bottom); ``>>>`` blocks are doctests. A fenced block with no language (or ``text``) that
-  follows a python block with only blank lines between is that block's output: the block runs
-  as a REPL would (its printed output, then the repr of a last bare expression) and must print it
-  (doctest's comparison, with ``...`` and whitespace normalised).
+  to bottom); ``>>>`` blocks (and ```` ```pycon ```` ones) are doctests. A fenced block with no
+  language (or ``text``) that follows a python block with only blank lines between is that
+  block's output: the block runs as a REPL would (its printed output, then the repr of a last
+  bare expression) and must print it (doctest's comparison, ``...`` and whitespace normalised).
 - A python block that starts by setting ``XLA_FLAGS`` (``import os`` then
   ``os.environ["XLA_FLAGS"] = ...``: JAX reads the flag once, as it starts) is a whole script: it
   runs alone in a fresh interpreter.
@@ -15,10 +15,10 @@ Parsers (Sybil's Markdown ones, and small evaluators of ours on its lexers):
   its other lines their expected output. The rule for shell blocks: a block runs when its
   commands are cheap and safe, i.e. read the installed package and write only into the working
   directory (``peregistry show/list/plot``, ``python docs/...``: a path under ``docs/`` is the
-  repository's); a block that
-  installs, builds, publishes, benchmarks, trains or runs a test suite is marked
-  ``<!-- skip: next "why" -->``. Shell commands that are not in a bash or console block (a bare
-  fence) are not run: write them in one.
+  repository's); a block that installs, builds, publishes, benchmarks, trains or runs a test
+  suite is marked ``<!-- skip: next "why" -->``. A fence in another language is only shown
+  (``text``, ``toml``, none: output, diagrams, config files); any other language is an error
+  (``test_every_fence_is_run_or_shown``), so that no command hides in a ``sh`` block.
 - Every block of a page runs in one working directory (a temporary one per page): a block may
   write the ``config.json`` that a later python or shell block reads.
 - ``<!-- skip: next "why" -->`` marks a block that does not run as written (a deliberate fragment,
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from sybil import Document, Example, Region, Sybil
-from sybil.evaluators.python import pad
+from sybil.evaluators.python import PythonEvaluator, pad
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +63,10 @@ FRAMEWORK_OF = {
     "transformers": "transformers", "array_api_strict": "array_api_strict",
     "matplotlib": "matplotlib", "plt": "matplotlib",
 }
+#: fence languages: run, or shown only (``text``, ``toml``, none: output and diagrams; ``{toctree}``
+#: and the like: MyST directives). Any other is an error: a block nothing would run.
+RUN_LANGUAGES = frozenset({"python", "pycon", "bash", "console"})
+SHOWN_LANGUAGES = frozenset({"", "text", "toml"})
 #: homes, most specific first: a block naming flax and jax runs in the flax env.
 HOMES = ("keras", "flax", "transformers", "matplotlib", "array_api_strict", "jax", "torch", "numpy")
 #: a shell word -> the framework it needs (``--backend torch``); a word starting ``plot`` needs matplotlib.
@@ -134,6 +138,14 @@ class PythonBlocks(PythonCodeBlockParser):
             yield region
 
 
+class PyconBlocks(PythonCodeBlockParser):
+    """```` ```pycon ```` blocks: interactive sessions, run as doctests."""
+
+    def __init__(self) -> None:
+        super().__init__(doctest_optionflags=FLAGS)
+        self.codeblock_parser = CodeBlockParser("pycon", PythonEvaluator())
+
+
 def _run_shell(example: Example) -> str | None:
     """Run a bash/console block's commands in the page's working directory (the test's); check
     a console block's output."""
@@ -162,8 +174,8 @@ def _run_shell(example: Example) -> str | None:
 def sybil() -> Sybil:
     """The Sybil that parses the pages."""
     return Sybil(
-        parsers=[PythonBlocks(), CodeBlockParser("bash", _run_shell), CodeBlockParser("console", _run_shell),
-                 SkipParser()],
+        parsers=[PythonBlocks(), PyconBlocks(), CodeBlockParser("bash", _run_shell),
+                 CodeBlockParser("console", _run_shell), SkipParser()],
         path=str(ROOT), patterns=["*.md", "docs/*.md"],
     )
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _blocks import PAGES, ROOT, frameworks, home, is_skip_directive, sybil
+from _blocks import PAGES, ROOT, RUN_LANGUAGES, SHOWN_LANGUAGES, frameworks, home, is_skip_directive, sybil
 from sybil import Example
 
 HOMES_ENV = "PEREGISTRY_DOCS_HOMES"
@@ -110,6 +110,23 @@ def test_every_block_has_an_env() -> None:
         if env["homes"]:
             runs = "tests_docs" in env["commands"] or "pytest {posargs}" in env["commands"]
             assert runs, f"tox env {name} sets {HOMES_ENV} but does not run tests_docs"
+
+
+def test_every_fence_is_run_or_shown() -> None:
+    """A block in a language nothing runs (``sh``, ``py``) would pass unseen: each fence is one
+    of the languages run or one of those only shown (output, diagrams, config files)."""
+    unknown = []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        inside = False
+        for number, line in enumerate(lines, 1):
+            m = re.match(r"\s*(`{3,}|~{3,})\s*(\S*)", line)
+            if m is None:
+                continue
+            if not inside and m.group(2) not in RUN_LANGUAGES | SHOWN_LANGUAGES and not m.group(2).startswith("{"):
+                unknown.append(f"{page.relative_to(ROOT)}:{number} ```{m.group(2)}")
+            inside = not inside
+    assert not unknown, f"fences in a language neither run nor shown ({sorted(RUN_LANGUAGES)}): {unknown}"
 
 
 def test_pages_are_parsed() -> None:
