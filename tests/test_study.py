@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from typing import Any
 
@@ -151,6 +152,44 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
     assert "no-such-encoder" in capsys.readouterr().err
     assert main(["study", "extrapolation", "--seeds", "0"]) == 2
     assert main(["study", "interpolation"]) == 2
+    capsys.readouterr()
+    assert main(["study", "extrapolation", "--threads", "0"]) == 2
+    assert "argument --threads: expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_the_command_says_its_threads_and_progress_when_piped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """stderr is not a terminal here: the threads set, then progress lines with the time left,
+    then the total; the table alone on stdout; torch's threads as they were afterwards."""
+    before = torch.get_num_threads()
+    assert main(["study", "extrapolation", "--quick", "--encoders", "nope", "--steps", "2"]) == 0
+    out, err = capsys.readouterr()
+    first, *progress, last = err.splitlines()
+    assert first.startswith("study: threads OMP_NUM_THREADS=1") and "torch 1 (inter-op " in first
+    assert progress[0] == "[0/3] nope copy seed 0; 0 s elapsed"
+    assert all(re.fullmatch(r"\[\d/3\] nope \w+ seed 0; \d+ s elapsed.*", p) for p in progress)
+    assert re.fullmatch(r"done: 3 of 3 in \d+ s", last) and "\r" not in err
+    assert out.startswith("task copy") and torch.get_num_threads() == before
+    assert main(["study", "extrapolation", "--quick", "--encoders", "nope", "--steps", "2",
+                 "--no-progress"]) == 0
+    assert capsys.readouterr().err.count("\n") == 1          # the threads line alone
+
+
+def test_the_run_trains_on_the_threads_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from peregistry.study import _run
+
+    seen, one = [], _run._one
+
+    def spy(*args: Any) -> None:
+        seen.append(torch.get_num_threads())
+        one(*args)
+
+    monkeypatch.setattr(_run, "_one", spy)
+    before = torch.get_num_threads()
+    extrapolation(["nope"], settings=dataclasses.replace(TINY, seeds=(0,)), threads=3)
+    assert seen == [3] * len(TASKS) and torch.get_num_threads() == before
+    extrapolation(["nope"], settings=dataclasses.replace(TINY, seeds=(0,)))
+    assert seen[len(TASKS):] == [1] * len(TASKS)             # one thread unless told
 
 
 

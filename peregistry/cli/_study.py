@@ -9,6 +9,9 @@ from typing import TextIO
 
 from ._core import Command, UsageError, comma_list, int_at_most
 
+#: The most threads ``--threads`` sets (a typo such as 40000 is an error, not a hang).
+MAX_THREADS = 1024
+
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study", choices=("extrapolation",), help="the study to run")
@@ -17,7 +20,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default every built-in that fits a causal model, the installed "
                              "plugins' and NoPE")
     parser.add_argument("--quick", action="store_true",
-                        help="one seed, length 8, 60 steps (under a minute)")
+                        help="one seed, length 8, 60 steps: about 45 s of one CPU core (under "
+                             "a minute with a core free; minutes on a busier machine, the "
+                             "progress says how many)")
     parser.add_argument("--seeds", type=int_at_most(16), metavar="N",
                         help="seeds 0..N-1 (default 2; --quick 1)")
     parser.add_argument("--steps", type=int_at_most(100_000), metavar="N",
@@ -26,19 +31,27 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train on sorted random positions up to 8L (Ruoss et al. 2023)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--plot", metavar="FILE.png", help="draw accuracy against length")
-    parser.add_argument("--progress", action="store_true",
-                        help="draw the progress bar on stderr even when it is not a terminal")
+    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N", default=1,
+                        help="torch threads (and OMP_NUM_THREADS) while training (default 1: "
+                             "the models are too small to gain from more)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress on stderr: --progress draws a bar redrawn in place, "
+                             "--no-progress none; default: the bar on a terminal, else a line "
+                             "every 10 s with the time left")
 
 
 def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     """Run the study and print its table (or JSON); ``--plot`` also draws it."""
     import dataclasses
     import importlib.util
+    import sys
 
     if importlib.util.find_spec("torch") is None:
         raise UsageError("peregistry study needs PyTorch: pip install 'peregistry[torch]'")
-    from ..bench import stderr_if_tty
-    from ..study import QUICK, Settings, extrapolation
+    from ..bench._threads import load_text, threads
+    from ..study import QUICK, Settings
+    from ..study._run import run as run_study
+    from ._bench import progress_stream
 
     settings = QUICK if args.quick else Settings()
     if args.seeds is not None:
@@ -53,8 +66,11 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         settings = dataclasses.replace(settings, randomized=True)
     if args.plot:
         _check_plot_path(args.plot)  # before training: a bad path must not cost the results
-    result = extrapolation(comma_list(args.encoders) or None, settings=settings,
-                           progress=stderr_if_tty(args.progress))
+    with threads(args.threads, torch=True, jax=False) as said:
+        print(f"study: threads {'; '.join(said)}; {load_text()}", file=sys.stderr, flush=True)
+        result = run_study(comma_list(args.encoders) or None, settings=settings,
+                           progress=progress_stream(args.progress), redraw=args.progress,
+                           threads=None)
     out.write(json.dumps(result.as_dict(), indent=1) + "\n" if args.format == "json"
               else result.table())
     out.flush()

@@ -264,27 +264,44 @@ def _scaled(kind: str, factor: float, train_tokens: int) -> Any:
 
 
 def run(names: Sequence[str] | None = None, *, settings: Settings = Settings(),
-        progress: TextIO | None = None) -> ExtrapolationResult:
-    """Train and score every chosen encoder on every task and seed (see the package doc)."""
+        progress: TextIO | None = None, redraw: bool | None = None,
+        threads: int | None = 1) -> ExtrapolationResult:
+    """Train and score every chosen encoder on every task and seed (see the package doc), on
+    ``threads`` torch threads (None: as they are), with a :class:`~peregistry.bench.Progress` on
+    ``progress``."""
+    import contextlib
+
     from ..bench import Progress
+    from ..bench._threads import threads as set_threads
 
     chosen, skipped = encoders(names, settings)
     rows: dict[tuple[str, str], Row] = {}
-    bar = Progress(len(chosen) * len(settings.tasks) * len(settings.seeds), progress)
-    for label, enc in chosen:
-        try:
-            for task in settings.tasks:
-                for seed in settings.seeds:
-                    bar.step(f"{label} {task} {seed}")
-                    _one(label, enc, task, seed, settings, rows)
-                    bar.step()
-        except Exception as exc:  # a plugin's encoder that does not fit a 1-D causal model
-            if label in ("nope", *BUILTIN_ROWS):
-                raise
-            skipped[label] = f"failed in the model: {type(exc).__name__}: {exc}"
-            rows = {key: row for key, row in rows.items() if row.encoder != label}
+    bar = Progress(len(chosen) * len(settings.tasks) * len(settings.seeds), progress,
+                   redraw=redraw)
+    with contextlib.ExitStack() as stack:
+        if threads is not None:
+            stack.enter_context(set_threads(threads, torch=True, jax=False))
+        for label, enc in chosen:
+            _encoder_rows(label, enc, settings, rows, skipped, bar)
     bar.close()
     return ExtrapolationResult(settings, list(rows.values()), skipped)
+
+
+def _encoder_rows(label: str, enc: Any, settings: Settings, rows: dict[tuple[str, str], Row],
+                  skipped: dict[str, str], bar: Any) -> None:
+    """The rows of one encoder on every task and seed (a plugin's that fails is skipped)."""
+    try:
+        for task in settings.tasks:
+            for seed in settings.seeds:
+                bar.step(f"{label} {task} seed {seed}")
+                _one(label, enc, task, seed, settings, rows)
+                bar.step()
+    except Exception as exc:  # a plugin's encoder that does not fit a 1-D causal model
+        if label in ("nope", *BUILTIN_ROWS):
+            raise
+        skipped[label] = f"failed in the model: {type(exc).__name__}: {exc}"
+        for key in [key for key, row in rows.items() if row.encoder == label]:
+            del rows[key]
 
 
 def _one(label: str, enc: Any, task: str, seed: int, settings: Settings,
