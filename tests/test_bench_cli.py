@@ -193,3 +193,20 @@ def test_bench_skipped_pairs_are_noted() -> None:
     assert lines[3].split()[:4] == ["f", "array_api_strict", "-", "skipped"]
     assert lines[-2] == "notes:"
     assert lines[-1] == "[1] skipped f on array_api_strict, g on array_api_strict: why"
+
+
+@pytest.mark.parametrize("name", ["rotary", "rotary-interleaved", "rotary-decode", "dual-chunk"])
+def test_bench_copies_written_values(name: str) -> None:
+    """The copy reference copies an array of written values (ours' result, or random inputs),
+    never a NumPy ``zeros``: a large one is pages never written, whose copy reads one shared zero
+    page from cache, a cheaper reference than a copy of ``x`` (docs/benchmarks.md, issue 43)."""
+    import numpy as np
+
+    from peregistry.bench._cases import BENCHMARKS, Bench
+    from peregistry.registry import default_registry
+
+    case = BENCHMARKS[name](Bench(default_registry.backend("numpy")), True)
+    copied = np.asarray(case.copy())
+    assert copied.size and np.count_nonzero(copied) > copied.size // 2
+    if name.startswith("rotary") and name != "rotary-decode":
+        np.testing.assert_array_equal(copied, case.ours())  # ours' result, of its shape and dtype
