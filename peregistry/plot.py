@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._plot_titles import fit_titles, short_repr
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -86,7 +88,7 @@ def _title(enc: Encoder, settings: PlotSettings, what: str) -> str:
         return settings.title
     # the options that make this encoder: the required ones and those set away from the default
     specs = type(enc)._option_specs
-    opts = ", ".join(f"{k}={v!r}" for k, v in enc.options.items()
+    opts = ", ".join(f"{k}={short_repr(v)}" for k, v in enc.options.items()
                      if k not in specs or specs[k].required or v != specs[k].default)
     return f"{enc.name}: {what}\n({opts})"
 
@@ -379,7 +381,9 @@ def make_figure(enc: Encoder, kind: str | None = None,
         fits = [k for k in allowed if k != "ids" or multi_axis]
         raise ValueError(f"plot kind {kind!r} does not apply to {enc.name} ({enc.kind}); "
                          f"it has: {', '.join(fits) or 'none'}")
-    return PLOTS[kind](enc, settings)
+    fig = PLOTS[kind](enc, settings)
+    fit_titles(fig)  # a long title wraps inside the picture
+    return fig
 
 
 def plot_to_file(enc: Encoder, path: str | Path, kind: str | None = None,

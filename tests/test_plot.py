@@ -146,3 +146,58 @@ def test_study_plot_from_its_record(tmp_path: Path) -> None:
     assert len(axes) == len(result.settings.tasks)
     for ax in axes:  # an error-bar line per encoder, labelled
         assert set(ax.get_legend_handles_labels()[1]) == {r.encoder for r in result.rows}
+
+
+LONG_FACTORS = [1.0 + i / 10 for i in range(64)]
+
+
+@pytest.mark.usefixtures("needs_matplotlib")
+@pytest.mark.parametrize(("name", "options", "kind", "title"), [
+    ("rotary", {"dim": 128, "scaling": {"type": "yarn", "factor": 4.0,
+                                        "original_max_position_embeddings": 4096,
+                                        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                                        "mscale_all_dim": 0.0}}, "angles", None),
+    ("rotary", {"dim": 128, "scaling": {"type": "longrope", "factor": 8.0,
+                                        "original_max_position_embeddings": 4096,
+                                        "short_factor": LONG_FACTORS,
+                                        "long_factor": LONG_FACTORS}}, "decay", None),
+    ("alibi", {"num_heads": 2}, "bias", "a title of its own, " * 12),
+    ("sinusoidal", {"dim": 16}, "heatmap", "x" * 300),
+], ids=["yarn-angles", "longrope-decay", "bias-suptitle", "no-commas"])
+def test_titles_fit_inside_the_figure(tmp_path: Path, name: str, options: dict[str, object],
+                                      kind: str, title: str | None) -> None:
+    """The automatic title of a scaled rotary encoder (and a long --title) wraps inside the
+    picture: its rendered extent lies within the figure's, after the layout made room."""
+    import matplotlib.pyplot as plt
+
+    import peregistry as per
+    from peregistry.plot import PlotSettings, make_figure
+
+    fig = make_figure(per.get_encoder(name, **options), kind, PlotSettings(length=24, title=title))
+    try:
+        fig.savefig(tmp_path / "t.png")  # draws: the extents are those of the file
+        renderer = fig.canvas.get_renderer()
+        texts = [t for t in (*(ax.title for ax in fig.axes), fig._suptitle)
+                 if t is not None and t.get_text()]
+        assert texts
+        for text in texts:
+            box, frame = text.get_window_extent(renderer), fig.bbox
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (text.get_text(), box, frame)
+            assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (text.get_text(), box, frame)
+        shown = " ".join(t.get_text().replace("\n", " ") for t in texts)
+        if name == "rotary":  # every option still named; a long list by its ends and length
+            assert "'original_max_position_embeddings': 4096" in shown
+            assert ("(1.0, 1.1, 1.2, ..., 7.3) (64 values)" in shown) == (kind == "decay")
+        else:
+            main_title = texts[-1].get_text()  # the figure's (bias) or the one axes'
+            assert main_title.replace("\n", "").replace(" ", "") == title.replace(" ", "")
+    finally:
+        plt.close(fig)
+
+
+def test_short_repr() -> None:
+    from peregistry._plot_titles import short_repr
+
+    assert short_repr({"a": [1, 2], "b": (1,), "c": "x"}) == "{'a': [1, 2], 'b': (1,), 'c': 'x'}"
+    assert short_repr(list(range(10))) == "[0, 1, 2, ..., 9] (10 values)"
+    assert short_repr(tuple(range(7))) == "(0, 1, 2, ..., 6) (7 values)"
