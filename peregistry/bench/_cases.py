@@ -139,7 +139,7 @@ def _bench_sinusoidal(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("sinusoidal", dim=dim)
     dtype = b.default_float
     pos = b.arange(n, dtype=dtype)
-    return b.case(lambda p: enc.encode(p, dtype=dtype),  # type: ignore[attr-defined]
+    return b.case(lambda p: enc.encode(p, dtype=dtype),
                   lambda p: hand_sinusoidal(b.xp, p, dim), (pos,), f"{n}x{dim}")
 
 
@@ -169,8 +169,8 @@ def _bench_rotary_hf_apply(b: Bench, quick: bool) -> Case:
     n, h, s, d = (1, 4, 128, 64) if quick else (1, 32, 2048, 128)
     enc = per.get_encoder("rotary", dim=d)
     x = b.randn((n, h, s, d))
-    cos, sin = enc.cos_sin(b.arange(s), dtype=b.float32)  # type: ignore[attr-defined]
-    return b.case(lambda v: enc.rotate(v),  # type: ignore[attr-defined]
+    cos, sin = enc.cos_sin(b.arange(s), dtype=b.float32)
+    return b.case(lambda v: enc.rotate(v),
                   lambda v, c, si: hf_apply_rotary(b.xp, v, c, si), (x,),
                   f"{n}x{h}x{s}x{d} f32, tables made", hand_args=(x, cos, sin))
 
@@ -191,7 +191,7 @@ def _bench_rotary_decode(b: Bench, quick: bool) -> Case:
     xp = b.xp
 
     def ours(qs: list[Any], ks: list[Any], p: Any) -> list[tuple[Any, ...]]:
-        tables = enc.tables(p)  # type: ignore[attr-defined]
+        tables = enc.tables(p)
         return [tables.rotate_all(q, k) for q, k in zip(qs, ks, strict=True)]
 
     def hand(qs: list[Any], ks: list[Any], p: Any) -> list[tuple[Any, Any]]:
@@ -213,7 +213,7 @@ def _bench_alibi(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("alibi", num_heads=heads)
     pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
     fpos = b.arange(n, dtype=b.float32)
-    return b.case(lambda q, k: enc.bias(q, k, dtype=b.float32),  # type: ignore[attr-defined]
+    return b.case(lambda q, k: enc.bias(q, k, dtype=b.float32),
                   lambda q, k: hand_alibi(b.xp, q, k, heads), (pos, pos),
                   f"{heads}x{n}x{n} f32", hand_args=(fpos, fpos))
 
@@ -226,7 +226,7 @@ def _bench_kerple(b: Bench, quick: bool) -> Case:
     params = enc.init(b.xp, seed=0, dtype=b.float32)
     pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
     fpos = b.arange(n, dtype=b.float32)
-    return b.case(lambda q, k, s, r: enc.bias(q, k, params={"scale": s, "rate": r},  # type: ignore[attr-defined]
+    return b.case(lambda q, k, s, r: enc.bias(q, k, params={"scale": s, "rate": r},
                                               dtype=b.float32),
                   lambda q, k, s, r: hand_kerple(b.xp, q, k, s, r),
                   (pos, pos, params["scale"], params["rate"]), f"{heads}x{n}x{n} f32",
@@ -240,7 +240,7 @@ def _bench_fire(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("fire", num_heads=heads)
     params = enc.init(b.xp, seed=0, dtype=b.float32)
     pos, fpos = b.arange(n), b.arange(n, dtype=b.float32)
-    return b.case(lambda q, k, p: enc.bias(q, k, params=p, dtype=b.float32),  # type: ignore[attr-defined]
+    return b.case(lambda q, k, p: enc.bias(q, k, params=p, dtype=b.float32),
                   lambda q, k, p: hand_fire(b.xp, q, k, p, 512.0), (pos, pos, params),
                   f"{heads}x{n}x{n} f32, MLP 32", hand_args=(fpos, fpos, params))
 
@@ -258,7 +258,7 @@ def _bench_dual_chunk(b: Bench, quick: bool) -> Case:
     xp = b.xp
 
     def ours(q: Any, k: Any) -> tuple[Any, ...]:
-        return tuple(enc.rotate_dual_chunk(q, k))  # type: ignore[attr-defined]
+        return tuple(enc.rotate_dual_chunk(q, k))
 
     def hand(q: Any, k: Any) -> tuple[Any, ...]:
         return hand_dual_chunk(xp, q, k, chunk, local)
@@ -281,7 +281,7 @@ def _bench_fope(b: Bench, quick: bool) -> Case:
                           num_kv_heads=kv)
     params = enc.init(b.xp, seed=0, dtype=b.float32)
     x = b.randn((n, h, s, d))
-    return b.case(lambda v, c, si: enc.rotate(v, params={"cos_coef": c,  # type: ignore[attr-defined]
+    return b.case(lambda v, c, si: enc.rotate(v, params={"cos_coef": c,
                                                          "sin_coef": si}),
                   lambda v, c, si: hand_fope(b.xp, v, c, si),
                   (x, params["cos_coef"], params["sin_coef"]), f"{n}x{h}x{s}x{d} f32")
@@ -299,7 +299,7 @@ def _bench_mrope(b: Bench, quick: bool) -> Case:
     # an image-like grid of 8 columns: temporal steps every 64 tokens, rows of 8, columns
     pos = xp.stack((i // 64, (i // 8) % 8, i % 8), axis=0)
     fpos = xp.asarray(pos, dtype=b.float32)  # the hand-written code takes float32 positions
-    return b.case(lambda v, p: enc.rotate(v, p),  # type: ignore[attr-defined]
+    return b.case(lambda v, p: enc.rotate(v, p),
                   lambda v, p: hand_mrope(b.xp, v, p, sections), (x, pos),
                   f"{n}x{h}x{s}x{d} f32", hand_args=(x, fpos))
 
@@ -312,7 +312,7 @@ def _bench_learned(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("learned", num_positions=n, dim=dim)
     table = enc.init(b.xp, seed=0, dtype=b.float32)["table"]
     pos = b.arange(n)
-    return b.case(lambda p, t: enc.encode(p, params={"table": t}, dtype=b.float32),  # type: ignore[attr-defined]
+    return b.case(lambda p, t: enc.encode(p, params={"table": t}, dtype=b.float32),
                   lambda p, t: hand_learned(b.xp, p, t), (pos, table), f"{n}x{dim} f32")
 
 
@@ -325,7 +325,7 @@ def _bench_learned_2d(b: Bench, quick: bool) -> Case:
     params = enc.init(b.xp, seed=0, dtype=b.float32)
     i = b.arange(hw * hw)
     pos = b.xp.stack((i // hw, i % hw), axis=-1)  # every cell, (row, col)
-    return b.case(lambda p, r, c: enc.encode(p, params={"row": r, "col": c},  # type: ignore[attr-defined]
+    return b.case(lambda p, r, c: enc.encode(p, params={"row": r, "col": c},
                                              dtype=b.float32),
                   lambda p, r, c: hand_learned_2d(b.xp, p, r, c),
                   (pos, params["row"], params["col"]), f"{hw * hw}x{2 * dim} f32")
@@ -341,7 +341,7 @@ def _bench_t5(b: Bench, quick: bool) -> Case:
     pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
     fpos = b.arange(n, dtype=b.float32)
     idt = b.index_dtype
-    return b.case(lambda q, k, t: enc.bias(q, k, params={"table": t},  # type: ignore[attr-defined]
+    return b.case(lambda q, k, t: enc.bias(q, k, params={"table": t},
                                            dtype=b.float32),
                   lambda q, k, t: hand_t5(b.xp, q, k, t, idt), (pos, pos, table),
                   f"{heads}x{n}x{n} f32", hand_args=(fpos, fpos, table))
@@ -355,7 +355,7 @@ def _bench_shaw(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("shaw", max_distance=m, dim=dim)
     table = enc.init(b.xp, seed=0, dtype=b.float32)["table"]
     pos = b.arange(n)
-    return b.case(lambda q, k, t: enc.embed(q, k, params={"table": t},  # type: ignore[attr-defined]
+    return b.case(lambda q, k, t: enc.embed(q, k, params={"table": t},
                                             dtype=b.float32),
                   lambda q, k, t: hand_shaw(b.xp, q, k, t, m), (pos, pos, table),
                   f"{n}x{n}x{dim} f32")
@@ -368,7 +368,7 @@ def _bench_transformer_xl(b: Bench, quick: bool) -> Case:
     enc = per.get_encoder("transformer-xl", dim=dim)
     pos = b.arange(n)  # integer positions for ours; the hand-written code takes float32 ones
     fpos = b.arange(n, dtype=b.float32)
-    return b.case(lambda q, k: enc.embed(q, k, dtype=b.float32),  # type: ignore[attr-defined]
+    return b.case(lambda q, k: enc.embed(q, k, dtype=b.float32),
                   lambda q, k: hand_transformer_xl(b.xp, q, k, dim), (pos, pos),
                   f"{n}x{n}x{dim} f32", hand_args=(fpos, fpos))
 

@@ -32,7 +32,7 @@ def _compiled_rope(layout: str) -> Callable[[Bench, bool], Case]:
         xp = b.xp  # (outside the compiled function: a cached_property takes a lock)
 
         def ours(v: Any) -> Any:
-            return enc.rotate(v)  # type: ignore[attr-defined]
+            return enc.rotate(v)
 
         def theirs(v: Any) -> Any:
             return hand(xp, v)
