@@ -32,9 +32,9 @@ def _selected_homes() -> frozenset[str] | None:
     return None if value is None else frozenset(v.strip() for v in value.split(",") if v.strip())
 
 
-def _all_blocks() -> list[tuple[str, Example, frozenset[str]]]:
-    """(page:line, example, frameworks) of every block, in page order. A skip directive needs
-    what the block it marks needs (they run together)."""
+def _all_blocks() -> list[tuple[str, Example, frozenset[str], frozenset[str]]]:
+    """(page:line, example, frameworks, homes of the page's later blocks) of every block, in page
+    order. A skip directive needs what the block it marks needs (they run together)."""
     parser = sybil()
     out = []
     for page in PAGES:
