@@ -162,6 +162,14 @@ def test_progress_off_a_terminal_writes_lines_with_the_time_left() -> None:
         "[20/30] one encoder; 20 s elapsed, about 10 s left",
         "done: 30 of 30 in 30 s"]
     assert "\r" not in stream.getvalue() + reps.getvalue()
+    warm, clock = io.StringIO(), Clock()
+    bar = Progress(4, warm, every=0, clock=clock)
+    for step_time in (30, 5, 5):                 # the first step pays the imports
+        bar.step("x")
+        clock.now += step_time
+        bar.step()
+    bar.step("x")
+    assert warm.getvalue().splitlines()[-1] == "[3/4] x; 40 s elapsed, about 5 s left"
     assert format_duration(59.4) == "59 s" and format_duration(185) == "3 min 05 s"
     assert format_duration(3720) == "1 h 02 min"
 

@@ -25,7 +25,7 @@ class Progress:
     """Progress of ``total`` steps on ``stream`` (nothing when ``stream`` is None).
 
     ``step(label)`` starts a step named ``label``; ``step()`` ends one. The estimate of the time
-    left is the mean time of the steps done so far times the steps left.
+    left is the mean time of the steps done so far (the first left out) times the steps left.
 
     :param redraw: draw a bar redrawn in place with ``\\r`` (``[#####.....] 5/10 what, ...``);
         default: when ``stream`` is a terminal. Otherwise a line is written at the first step,
@@ -44,13 +44,19 @@ class Progress:
         self._last_line: float | None = None  # when the last line was written (lines mode)
         self._drawn = 0  # width of the bar drawn last (redraw mode)
         self._ended = False  # the last call ended a step (lines mode)
+        self._first_done: float | None = None  # when the first step ended
 
     def timing(self) -> str:
-        """``"12 s elapsed, about 30 s left"`` (no estimate before the first step is done)."""
-        elapsed = self.clock() - self.start
+        """``"12 s elapsed, about 30 s left"`` (no estimate before the first step is done; from
+        the second on, the first step is left out of the mean: it pays the imports, the warm-up)."""
+        now = self.clock()
+        elapsed = now - self.start
         text = f"{format_duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
-            text += f", about {format_duration(elapsed / self.done * (self.total - self.done))} left"
+            first = self._first_done
+            mean = (now - first) / (self.done - 1) if self.done > 1 and first is not None \
+                else elapsed / self.done
+            text += f", about {format_duration(mean * (self.total - self.done))} left"
         return text
 
     def step(self, label: str | None = None) -> None:
@@ -59,6 +65,8 @@ class Progress:
             self.label = label
         else:
             self.done += 1
+            if self.done == 1:
+                self._first_done = self.clock()
         if self.stream is None:
             return
         if self.redraw:
