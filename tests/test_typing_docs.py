@@ -140,6 +140,7 @@ def _allowed(message: str) -> bool:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
     env.pop("VIRTUAL_ENV", None)
+    env["PYRIGHT_PYTHON_IGNORE_WARNINGS"] = "1"  # (else pyright's wrapper asks PyPI for news)
     return env
 
 
