@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..kinds.context import check_param_arrays, compute_float, pair_batch_shape
+from ..kinds._params import check_param_arrays
+from ..kinds.context import compute_float, pair_batch_shape
 
 if TYPE_CHECKING:
     from ..backends._base import Ctx

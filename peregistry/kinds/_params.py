@@ -9,10 +9,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..backends._base import Backend
-from .context import check_param_arrays, resolve_dtype
+from .context import resolve_dtype
 
 if TYPE_CHECKING:
     from .context import Ctx
+
+__all__ = ["Params", "check_param_arrays"]
+
+
+def check_param_arrays(owner: str, params: Any) -> None:
+    """Each value of a params dict must be an array (not a list or number)."""
+    if not isinstance(params, Mapping):
+        return
+    for key, v in params.items():
+        if not hasattr(v, "shape") or not hasattr(v, "dtype"):
+            raise TypeError(f"{owner}: params[{key!r}] must be an array (from enc.init(xp)), got "
+                            f"{type(v).__module__}.{type(v).__qualname__}")
 
 
 class Params:

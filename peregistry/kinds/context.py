@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from ..backends._base import Backend
     from ._services import Services
 
-__all__ = ["Ctx", "check_param_arrays", "check_positions", "compute_float", "devices_differ",
-           "hook_arguments", "make_context", "pair_batch_shape", "params_dtype", "resolve_dtype"]
+__all__ = ["Ctx", "check_positions", "compute_float", "devices_differ", "hook_arguments",
+           "make_context", "pair_batch_shape", "params_dtype", "resolve_dtype"]
 
 #: The public arguments the arrays of each kind's hook come from (for error messages).
 _HOOK_ARGUMENTS = {"_encode": ("positions",), "_bias": ("q_positions", "k_positions"),
@@ -193,16 +193,6 @@ def resolve_dtype(owner: str, backend: Backend, dtype: Any, device: Any) -> Any:
         f"{owner}: dtype={dtype!r} is not a real floating dtype of {backend.name}; "
         f"allowed: None, {', '.join(floats)}"
     )
-
-
-def check_param_arrays(owner: str, params: Any) -> None:
-    """Each value of a params dict must be an array (not a list or number)."""
-    if not isinstance(params, Mapping):
-        return
-    for key, v in params.items():
-        if not hasattr(v, "shape") or not hasattr(v, "dtype"):
-            raise TypeError(f"{owner}: params[{key!r}] must be an array (from enc.init(xp)), got "
-                            f"{type(v).__module__}.{type(v).__qualname__}")
 
 
 def pair_batch_shape(owner: str, q: Any, k: Any) -> tuple[int, ...]:

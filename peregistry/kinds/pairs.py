@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._params import check_param_arrays
 from .base import Encoder
-from .context import Ctx, check_param_arrays, pair_batch_shape
+from .context import Ctx, pair_batch_shape
 
 __all__ = ["BiasEncoder", "PairEncoder", "RelativeEmbedding"]
 

@@ -1,4 +1,7 @@
-"""The one store of computed tables (what rotary encoders keep in it: :mod:`._rows`).
+"""The one store of computed tables, and the tables of positions of a rotary encoder:
+:class:`PositionTables`, the part of :class:`~peregistry.RotaryEncoder` that gives the
+half-width ``(cos, sin)`` of validated positions, as rows of its table in the store or computed
+by its hook.
 
 Whatever peregistry keeps between calls sits in :data:`STORE`: entries keyed by the values that
 determine them (an encoder's class and options, the device, the dtypes, what they cover), least
@@ -17,12 +20,28 @@ gives: results equal a fresh computation, bit for bit.
 from __future__ import annotations
 
 import _thread
+import math
 import os
 import sys
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ["STORE", "Store", "clear_caches", "set_table_cache_bytes", "table_cache_bytes"]
+import peregistry.rope._delegation as _delegation
+
+from .._jax_eager import compiled_hook, is_jax_namespace
+from ..backends._base import Ctx
+
+if TYPE_CHECKING:
+    from ..kinds.rotary import RotaryKind as _Tables  # what the mixin is mixed into
+else:
+    _Tables = object
+
+__all__ = ["MIN_ROWS", "STORE", "PositionTables", "Store", "Tables", "clear_caches",
+           "set_table_cache_bytes", "table_cache_bytes"]
+
+Tables = tuple[Any, Any]
+#: The smallest position table: decoding grows it rarely.
+MIN_ROWS = 1024
 
 #: The default budget of :data:`STORE`, unless ``PEREGISTRY_TABLE_CACHE_BYTES`` says otherwise.
 DEFAULT_BUDGET = 256 << 20
@@ -165,3 +184,166 @@ def set_table_cache_bytes(nbytes: int) -> None:
 def table_cache_bytes() -> tuple[int, int]:
     """``(bytes kept, budget)`` of the store, read together: bytes kept never exceed it."""
     return STORE.usage()
+
+
+class PositionTables(_Tables):
+    """The half-width tables of validated positions (a mixin of
+    :class:`~peregistry.RotaryEncoder`, which gives :meth:`_default_positions`).
+
+    A rotary encoder keeps one table per device and dtype: the half-width ``(cos, sin)`` of
+    positions ``0 .. n-1`` (``n`` a power of two, grown by doubling). ``positions=None`` at an
+    integer ``offset`` reads rows ``offset .. offset+seq-1`` (a slice) and integer position ids
+    gather rows. The angles are elementwise, so each row is what computing that position alone
+    gives: results equal a fresh computation, bit for bit. Other positions are computed by the
+    subclass's hook :meth:`_half_cos_sin` (:meth:`_table`)."""
+
+    __slots__ = ()
+    _POSITION_TABLE_BYTES: ClassVar[int]
+    _rows_at_offsets: ClassVar[bool]
+    _rows_at_ids: ClassVar[bool]
+
+    if TYPE_CHECKING:
+        def _default_positions(self, seq: int, offset: Any, *, ctx: Ctx) -> Any: ...
+
+    def _position_table(self, end: int, *, ctx: Ctx, cdt: Any) -> Tables | None:
+        """Half-width ``(cos, sin)`` of positions ``0 .. n-1`` (``n >= end``) of ``self`` in ``cdt``,
+        kept in :data:`STORE`; None where no table serves: the encoder's tables depend on the
+        sequence length or its class's ``positions=None`` are not ``offset + arange(seq)``, or the
+        table would not fit in ``self._POSITION_TABLE_BYTES`` or the store's budget."""
+        # equal encoders (class and options) share a table; two registries may resolve a scaling
+        # name differently
+        scaling = getattr(getattr(self, "_scaled", None), "scaling", None)
+        xp = ctx.xp
+        # (equal dtypes spelled apart, np.float32 and dtype('float32'), share one entry)
+        bits = 32 if cdt == xp.float32 else 64 if cdt == xp.float64 else cdt
+        key = ("rotary positions", type(self), self._key, type(scaling), ctx.device, bits, ctx.wide)
+        have = STORE.get(key)
+        if have is not None and 0 < end <= have[0].shape[-2]:
+            return have  # type: ignore[no-any-return]
+        if end <= 0 or not type(self)._rows_at_offsets or self._seq_len_dependence()[0] != "none":
+            return None
+        n = 1 << max(MIN_ROWS.bit_length() - 1, (end - 1).bit_length())
+        if have is not None:
+            n = max(n, 2 * have[0].shape[-2])
+        nbytes = 2 * n * self._table_width() * (ctx.xp.finfo(cdt).bits // 8)
+        if nbytes > min(self._POSITION_TABLE_BYTES, STORE.budget):
+            return None
+        with _delegation.cache_scope(xp):  # (torch: not an inference tensor)
+            pos = self._default_positions(n, 0, ctx=ctx)
+            cos, sin = self._table(pos, ctx=ctx, seq_len=None, tracing=False, static_len=n)
+            table = (cos if cos.dtype == cdt else xp.astype(cos, cdt),
+                     sin if sin.dtype == cdt else xp.astype(sin, cdt))
+        if _delegation.cacheable(table[0], ctx=ctx):  # (inside an enclosing trace JAX stages it)
+            STORE.put(key, table, nbytes)
+        return table
+
+
+    def _offset_rows(self, offset: int, seq: int, *, ctx: Ctx,
+                    cdt: Any) -> Tables | None:
+        """Rows ``offset .. offset+seq-1`` of :meth:`_position_table` (views), or None."""
+        if offset < 0:
+            return None
+        table = self._position_table(offset + seq, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        return table[0][..., offset:offset + seq, :], table[1][..., offset:offset + seq, :]
+
+
+    def _gathered_rows(self, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+        """The rows of :meth:`_position_table` at eager integer ids ``pos`` (int32 or int64, read
+        on the host without a device synchronization), each ``(*pos.shape, width)``; None where the
+        table does not serve them (a negative id, a trace, no table)."""
+        xp = ctx.xp
+        if pos.dtype not in (xp.int32, xp.int64):
+            return None
+        # the usual ids: a few on the host (NumPy, CPU torch), read as a list
+        values = _delegation.short_ints(pos, ctx=ctx, limit=64)
+        if values is not None and len(values) > 1:
+            bounds: tuple[int, int] | None = (min(values), max(values))
+        elif not _delegation.reads_cheaply(pos, xp=xp):
+            return None
+        elif math.prod(pos.shape) == 1:
+            return self._one_row(pos, ctx=ctx, cdt=cdt)
+        else:
+            bounds = _delegation.int_bounds(pos, ctx=ctx) if math.prod(pos.shape) else None
+        if bounds is None or bounds[0] < 0:
+            return None
+        table = self._position_table(bounds[1] + 1, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        return ctx.backend.take(table[0], pos, axis=0), ctx.backend.take(table[1], pos, axis=0)
+
+
+    def _one_row(self, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+        """A decode step's one position: its row of the table (a view), shaped as the positions."""
+        if not _delegation.rows_pay_off(ctx.xp):
+            return None  # (eager JAX: slicing costs more than computing)
+        p = _delegation.read_one(pos, ctx=ctx)
+        if p is None or p < 0:
+            return None
+        table = self._position_table(p + 1, ctx=ctx, cdt=cdt)
+        if table is None:
+            return None
+        # row p as a view shaped (1, ..., 1, width) like the positions, by one indexing
+        row = (*(None,) * (pos.ndim - 1), slice(p, p + 1), slice(None)) if pos.ndim \
+            else (p, slice(None))
+        return table[0][row], table[1][row]
+
+    def _token_rows(self, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
+        """The rows of one multi-axis token (:class:`~.scaled.MultiAxisRotary`); None here."""
+        return None
+
+    def _tables_at(self, pos: Any, *, ctx: Ctx, cdt: Any, seq_len: int | None,
+                   tracing: bool) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` at validated ``pos``: rows of the table of positions in
+        ``cdt`` (eager integer ids, ``cdt`` float32/float64: the wide values rounded once, as
+        computing gives), else computed in ``ctx.wide``."""
+        xp = ctx.xp
+        if not tracing and type(self)._rows_at_ids and cdt in (xp.float32, xp.float64):
+            rows = self._gathered_rows(pos, ctx=ctx, cdt=cdt)
+            if rows is not None:
+                return rows
+        return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
+
+    def _hook_cos_sin(self, pos: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
+        """:meth:`_half_cos_sin`, the subclass's hook. On eager JAX it runs compiled as one
+        program (the same bits, see :mod:`peregistry._jax_eager`): eager JAX compiles every
+        operation anew for each new shape, tens of them for one table."""
+        if is_jax_namespace(ctx.xp) and not ctx.backend.is_tracing(pos):
+            out: tuple[Any, Any] | None = compiled_hook(self, "_half_cos_sin", (pos,),
+                                                        seq_len=seq_len)
+            if out is not None:
+                return out
+        return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
+
+    def _table(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
+               static_len: int | None) -> tuple[Any, Any]:
+        """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
+        dependence, breakpoints = self._seq_len_dependence()
+        if dependence == "none":
+            return self._hook_cos_sin(pos, ctx=ctx, seq_len=None)
+        if seq_len is None:
+            seq_len = static_len
+        if seq_len is None and not tracing:
+            size = 1
+            for n in pos.shape:
+                size *= int(n)
+            if size:
+                seq_len = math.floor(float(ctx.xp.max(pos))) + 1
+        if seq_len is not None or not tracing:
+            return self._hook_cos_sin(pos, ctx=ctx, seq_len=seq_len)
+        if dependence == "piecewise":
+            xp = ctx.xp
+            s = xp.max(pos) + 1
+            cos, sin = self._half_cos_sin(pos, ctx=ctx, seq_len=breakpoints[0] if breakpoints
+                                          else None)
+            for t in breakpoints:
+                c, si = self._half_cos_sin(pos, ctx=ctx, seq_len=t + 1)
+                cos = xp.where(s > t, c, cos)
+                sin = xp.where(s > t, si, sin)
+            return cos, sin
+        raise ValueError(
+            f"{self.name}: this scaling depends on the sequence length, which cannot be read "
+            f"from traced positions (jax.jit / torch.compile); pass seq_len=<int> (Hugging "
+            f"Face uses max(positions) + 1), or positions=None with an int offset"
+        )

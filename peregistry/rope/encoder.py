@@ -1,6 +1,6 @@
 """The base class of rotary encoders: ``rotate(x, positions)`` reads validate → table → apply.
 
-* **validate** (:meth:`._call.CallChecks._rotate_call`): the caller's namespace, device and
+* **validate** (:meth:`RotaryEncoder._rotate_call`): the caller's namespace, device and
   dtypes, ``x``'s shape, ``offset`` and ``positions``; the dtype to rotate in.
 * **table** (:meth:`RotaryEncoder._rotation_tables`): half-width ``(cos, sin)``: rows of the
   encoder's table of positions in the one store of computed tables (:mod:`._tables`), or
@@ -16,28 +16,27 @@ layer, as Hugging Face passes ``position_embeddings`` down).
 
 from __future__ import annotations
 
-import math
+import operator
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import peregistry.rope._delegation as _delegation
 import peregistry.rope._kernels as _kernels
 
-from .._jax_eager import compiled_hook, is_jax_namespace
 from ..backends._base import Ctx
-from ..kinds.context import devices_differ, resolve_dtype
+from ..kinds.context import compute_float, devices_differ, resolve_dtype
 from ..kinds.rotary import RotaryKind
 from ._apply import RotaryTables, rotate_features
-from ._call import Call, CallChecks, Rotation
+from ._call import Call, Rotation
 from ._funcs import Layout, broadcasts_into
-from ._offsets import concrete_len
-from ._rows import PositionRows
+from ._offsets import check_offset_range, concrete_len
+from ._tables import PositionTables
 from ._temperature import QueryScale
 
 __all__ = ["RotaryEncoder"]
 
 
-class RotaryEncoder(CallChecks, PositionRows, QueryScale, RotaryKind):
+class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
     """Rotates query/key features by position-dependent angles (RoPE and relatives).
 
     Feature pairs ``(a_i, b_i)`` of the first ``rotary_dim`` features are rotated by the angle
@@ -272,58 +271,68 @@ class RotaryEncoder(CallChecks, PositionRows, QueryScale, RotaryKind):
                                        sin if sin.dtype == cdt else xp.astype(sin, cdt), xp=xp,
                                        constant=not ctx.backend.is_float_dtype(pos.dtype))
 
-    def _tables_at(self, pos: Any, *, ctx: Ctx, cdt: Any, seq_len: int | None,
-                   tracing: bool) -> tuple[Any, Any]:
-        """Half-width ``(cos, sin)`` at validated ``pos``: rows of the table of positions in
-        ``cdt`` (eager integer ids, ``cdt`` float32/float64: the wide values rounded once, as
-        computing gives), else computed in ``ctx.wide``."""
+    def _rotate_call(self, x: Any, positions: Any, offset: Any,
+                     params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
+        """Validate the arguments of :meth:`rotate` (the errors name what is wrong)."""
+        services = self._services
+        backend = services.backend_of(x)
+        if backend is not None and type(offset) is int and (
+                positions is None or services.backend_of(positions) is backend):
+            ctx, offset_arr = backend.context(x), None  # arrays of one backend: the usual call
+        else:
+            if offset is None or isinstance(offset, bool | str | bytes):
+                raise TypeError(f"{self.name}: offset must be an int, a real number or an "
+                                f"integer/real array, got {offset!r}")
+            offset_arr = None if isinstance(offset, int) else offset
+            ctx, (x, positions, offset_arr) = self._context(x, positions, offset_arr)
+        if params is not None:
+            self._check_params(params, ctx)
         xp = ctx.xp
-        if not tracing and type(self)._rows_at_ids and cdt in (xp.float32, xp.float64):
-            rows = self._gathered_rows(pos, ctx=ctx, cdt=cdt)
-            if rows is not None:
-                return rows
-        return self._table(pos, ctx=ctx, seq_len=seq_len, tracing=tracing, static_len=None)
+        if not ctx.backend.is_float_dtype(x.dtype):
+            raise TypeError(f"{self.name}: x must have a real floating dtype of "
+                            f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
+                            f"got {x.dtype}")
+        xshape = tuple(x.shape)
+        if not xshape or xshape[-1] != self._rotation.head_dim:
+            raise ValueError(f"{self.name}: x.shape={xshape}, but x.shape[-1] should be dim="
+                             f"{self._rotation.head_dim} (x is (..., seq, dim))")
+        if seq_len is not None:
+            seq_len = self._check_seq_len(seq_len)
+        tracing = ctx.backend.is_tracing(x)
+        for a in (positions, offset_arr):
+            if a is not None and not tracing:
+                tracing = ctx.backend.is_tracing(a)
+        # Compute in x's dtype if it is float32 or wider, else in float32; cast once at the end
+        # (a float64 of another byte order, NumPy's >f8, in the native float64: compute_float).
+        cdt = x.dtype if x.dtype in (xp.float32, xp.float64) else compute_float(x.dtype, xp)
+        if positions is None:
+            if len(xshape) < 2:
+                raise ValueError(f"{self.name}: x.shape={xshape} has no sequence axis; x is "
+                                 f"(..., seq, dim), or pass positions")
+            if offset_arr is not None:
+                offset = self._positions(offset_arr, ctx, what="offset")
+            n = xshape[-2] if isinstance(xshape[-2], int) else None  # (concrete_len, inline)
+            if not (type(offset) is int and n is not None
+                    and -(2**31) <= offset <= 2**31 - 1 - n):
+                check_offset_range(self.name, offset, xshape[-2], ctx, tracing=tracing)
+        else:
+            if offset_arr is not None or offset != 0:
+                raise ValueError(f"{self.name}: offset={offset!r} is only used with "
+                                 f"positions=None; add it to the positions instead")
+            positions = self._positions(positions, ctx)
+        return Call(ctx, x, positions, offset, seq_len, tracing, cdt)
 
-    def _hook_cos_sin(self, pos: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
-        """:meth:`_half_cos_sin`, the subclass's hook. On eager JAX it runs compiled as one
-        program (the same bits, see :mod:`peregistry._jax_eager`): eager JAX compiles every
-        operation anew for each new shape, tens of them for one table."""
-        if is_jax_namespace(ctx.xp) and not ctx.backend.is_tracing(pos):
-            out: tuple[Any, Any] | None = compiled_hook(self, "_half_cos_sin", (pos,),
-                                                        seq_len=seq_len)
-            if out is not None:
-                return out
-        return self._half_cos_sin(pos, ctx=ctx, seq_len=seq_len)
-
-    def _table(self, pos: Any, *, ctx: Ctx, seq_len: int | None, tracing: bool,
-               static_len: int | None) -> tuple[Any, Any]:
-        """Half-width ``(cos, sin)`` with the sequence length resolved (see :meth:`cos_sin`)."""
-        dependence, breakpoints = self._seq_len_dependence()
-        if dependence == "none":
-            return self._hook_cos_sin(pos, ctx=ctx, seq_len=None)
+    def _check_seq_len(self, seq_len: Any) -> int | None:
         if seq_len is None:
-            seq_len = static_len
-        if seq_len is None and not tracing:
-            size = 1
-            for n in pos.shape:
-                size *= int(n)
-            if size:
-                seq_len = math.floor(float(ctx.xp.max(pos))) + 1
-        if seq_len is not None or not tracing:
-            return self._hook_cos_sin(pos, ctx=ctx, seq_len=seq_len)
-        if dependence == "piecewise":
-            xp = ctx.xp
-            s = xp.max(pos) + 1
-            cos, sin = self._half_cos_sin(pos, ctx=ctx, seq_len=breakpoints[0] if breakpoints
-                                          else None)
-            for t in breakpoints:
-                c, si = self._half_cos_sin(pos, ctx=ctx, seq_len=t + 1)
-                cos = xp.where(s > t, c, cos)
-                sin = xp.where(s > t, si, sin)
-            return cos, sin
-        raise ValueError(
-            f"{self.name}: this scaling depends on the sequence length, which cannot be read "
-            f"from traced positions (jax.jit / torch.compile); pass seq_len=<int> (Hugging "
-            f"Face uses max(positions) + 1), or positions=None with an int offset"
-        )
-
+            return None
+        if not isinstance(seq_len, int) or isinstance(seq_len, bool):
+            try:
+                if isinstance(seq_len, bool):
+                    raise TypeError
+                seq_len = operator.index(seq_len)
+            except TypeError:
+                raise TypeError(f"{self.name}: seq_len must be None or a Python int (the "
+                                f"sequence length, static under jit), got {seq_len!r}") from None
+        if seq_len < 0:
+            raise ValueError(f"{self.name}: seq_len must be >= 0, got {seq_len}")
+        return int(seq_len)

@@ -23,7 +23,7 @@ from .encoder import RotaryEncoder
 
 if TYPE_CHECKING:
     from ..backends._base import Ctx
-    from ._rows import Tables
+    from ._tables import Tables
     from .scalings import RopeScaling
 
 __all__ = ["MultiAxisRotary", "ScaledRotary", "ScalingState"]
