@@ -44,8 +44,6 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
     from ..bench import format_bench_table, installed_frameworks, run_bench
     from ..bench._threads import load_average, load_text, threads
 
-    if args.threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {args.threads}")
     backends = comma_list(args.backend) or None
     timed = backends or installed_frameworks()
     with threads(args.threads, torch="torch" in timed, jax="jax" in timed) as said:
