@@ -720,6 +720,14 @@ def test_console_script() -> None:
                            "integer, got 7\n")
 
 
+def test_a_closed_pipe_is_no_error() -> None:
+    """``peregistry list | head -1``: the reader stops reading; no error message, no traceback."""
+    proc = subprocess.run(f"'{sys.executable}' -m peregistry list | head -1", shell=True,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.split() == ["name", "kind", "plugin", "status", "summary"]
+    assert proc.stderr == ""
+
+
 def test_list_imports_no_array_framework() -> None:
     code = (
         "import sys\n"

@@ -115,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
+    except BrokenPipeError:  # `peregistry list | head`: the reader has what it wanted
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)  # so that the exit's flush cannot fail
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
     except Exception as exc:
         if traceback:
             raise
