@@ -100,9 +100,10 @@ def test_special_values(interleaved: bool) -> None:
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_blocked_special_values(interleaved: bool) -> None:
+def test_blocked_special_values_in_x_and_tables(interleaved: bool) -> None:
     """The blocked path's passes (the half layout's swapped copy, the interleaved layout's pairs
-    swapped as 64-bit integers) keep every special value's bits, in ``x`` and in the tables."""
+    swapped as 64-bit integers) keep every special value's bits, in ``x`` and in the tables,
+    for float32 ``x`` and for float16 ``x`` widened block by block."""
     specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 1e-40,
                          3.4e38, -3.4e38, 1.0], dtype=np.float32)
     rng = np.random.default_rng(13)
