@@ -12,7 +12,10 @@ for either, and mypy's ``--strict`` lets pass calls of torch's and jax's own unt
 (``Tensor.backward``, ``PartitionSpec``): theirs to type, not ours.
 
 Imports of frameworks not installed in the env (flax, keras, transformers in the plugins env)
-are the one error allowed; their names are then unchecked. Both checkers run in the env that
+and of the packages a page makes up in-process (docs/plugins.md's ``myrope``) are the errors
+allowed; their names are then unchecked. mypy keeps its cache of the frameworks' types, and the pages' modules, in
+``.mypy_cache/docs-examples/<env>`` (a first run reads torch's and jax's types for about a
+minute, later ones take seconds). Both checkers run in the env that
 runs mypy on the package (tox ``plugins``, or ``type``), which sets
 ``PEREGISTRY_EXPECT_TYPECHECKERS=1``: there a missing checker fails instead of skipping.
 """
@@ -35,6 +38,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The pages' modules and mypy's cache, one place per environment (a second run takes seconds).
+WORK = ROOT / ".mypy_cache" / "docs-examples" / Path(sys.prefix).name
 #: Frameworks a page may import that the checking env may lack (their import is then allowed to
 #: fail to resolve); torch, jax, numpy and array_api_strict are installed where this runs.
 OPTIONAL = ("flax", "keras", "keras_hub", "transformers", "matplotlib")
@@ -106,6 +111,8 @@ class Module:
 
 def write_modules(out: Path) -> list[Module]:
     out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("page_*.py"):
+        old.unlink()
     modules = []
     for page in PAGES:
         blocks = python_blocks(page)
@@ -152,7 +159,7 @@ def run_mypy(files: list[Path], cwd: Path) -> list[tuple[Path, int, str]]:
                       "disable_error_code = no-redef\n")
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir",
-         str(cwd / ".mypy_cache"), "--no-error-summary", "--show-absolute-path",
+         str(WORK / "cache"), "--no-error-summary", "--show-absolute-path",
          *map(str, files)],
         cwd=cwd, capture_output=True, text=True, env=_env(), timeout=900, check=False)
     if proc.returncode not in (0, 1) or proc.stderr.strip():
@@ -212,7 +219,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """checker -> {page: its errors, as "line: message"} (each checker run once, on every page)."""
     _require("sybil")
     tmp = tmp_path_factory.mktemp("typing_docs")
-    modules = write_modules(tmp / "pages")
+    modules = write_modules(WORK / "pages")  # (a stable place: mypy's cache keeps their paths)
     done: dict[str, dict[str, list[str]]] = {}
 
     def report(checker: str) -> dict[str, list[str]]:
