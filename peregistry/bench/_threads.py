@@ -37,11 +37,13 @@ def load_text(start: float | None = None) -> str:
 
 
 @contextlib.contextmanager
-def threads(n: int, *, torch: bool = False, jax: bool = True) -> Iterator[list[str]]:
+def threads(n: int, *, torch: bool = False, jax: bool = True,
+            interop: bool = True) -> Iterator[list[str]]:
     """Run the body on ``n`` threads and yield what was set, one phrase per framework.
 
-    Sets :data:`THREAD_VARIABLES` to ``n``; torch's intra-op threads (and its inter-op threads,
-    which torch lets a process set once, before any parallel work) when torch is imported or
+    Sets :data:`THREAD_VARIABLES` to ``n``; torch's intra-op threads (and with ``interop`` its
+    inter-op threads, which torch lets a process set once, before any parallel work, and which
+    are not restored: a command's choice, not a library call's) when torch is imported or
     ``torch`` asks for it; with ``jax`` and ``n == 1``, XLA's :data:`XLA_ONE_THREAD` flags if
     JAX's CPU backend can still read them (JAX not imported yet). On exit the environment and torch's
     intra-op count are restored; what a framework read while the body ran stays read.
@@ -61,8 +63,9 @@ def threads(n: int, *, torch: bool = False, jax: bool = True) -> Iterator[list[s
         torch_module = importlib.import_module("torch")
         torch_before = torch_module.get_num_threads()
         torch_module.set_num_threads(n)
-        with contextlib.suppress(RuntimeError):  # set already, or parallel work has run
-            torch_module.set_num_interop_threads(n)
+        if interop:
+            with contextlib.suppress(RuntimeError):  # set already, or parallel work has run
+                torch_module.set_num_interop_threads(n)
         said.append(f"torch {torch_module.get_num_threads()} "
                     f"(inter-op {torch_module.get_num_interop_threads()})")
     if not jax:

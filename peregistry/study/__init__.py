@@ -26,7 +26,7 @@ def extrapolation(encoders: Sequence[str] | None = None, *, quick: bool = False,
     built-in that fits a causal model, the installed plugins' encoders, and NoPE. ``quick``:
     :data:`QUICK` settings (one seed, L = 8, 60 steps). Seeded: the same call gives the same
     numbers. ``progress``: a stream for the progress and the time left (a bar redrawn in place
-    on a terminal, else a line every 10 s). ``threads``: torch's threads while it runs (the
-    models are too small to gain from more than one; restored after; None leaves them)."""
+    on a terminal, else a line every 10 s). ``threads``: torch's intra-op threads while it runs
+    (the models are too small to gain from more than one; restored after; None leaves them)."""
     chosen = settings if settings is not None else (QUICK if quick else Settings())
     return run(encoders, settings=chosen, progress=progress, threads=threads)

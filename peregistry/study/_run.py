@@ -280,7 +280,7 @@ def run(names: Sequence[str] | None = None, *, settings: Settings = Settings(),
                    redraw=redraw)
     with contextlib.ExitStack() as stack:
         if threads is not None:
-            stack.enter_context(set_threads(threads, torch=True, jax=False))
+            stack.enter_context(set_threads(threads, torch=True, jax=False, interop=False))
         for label, enc in chosen:
             _encoder_rows(label, enc, settings, rows, skipped, bar)
     bar.close()
