@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import peregistry.rope._delegation as _delegation
 import peregistry.rope._kernels as _kernels
@@ -34,6 +34,10 @@ from ._tables import PositionTables
 from ._temperature import QueryScale
 
 __all__ = ["RotaryEncoder"]
+
+
+#: An array of any framework: ``rotate`` gives back the type it is given.
+_Array = TypeVar("_Array")
 
 
 class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
@@ -149,9 +153,10 @@ class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
         return _delegation.full_width_tables(cos, sin, layout=layout, dtype=out_dtype,
                                              xp=ctx.xp)
 
-    def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
-               params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> Any:
-        """``x`` rotated at ``positions``: same shape, dtype, namespace and device as ``x``.
+    def rotate(self, x: _Array, positions: Any = None, *, offset: Any = 0,
+               params: Mapping[str, Any] | None = None, seq_len: int | None = None) -> _Array:
+        """``x`` rotated at ``positions``: same shape, dtype, namespace and device as ``x`` (to
+        a type checker, the type of ``x``).
 
         :param x: ``(..., seq, dim)`` queries or keys (any real floating dtype).
         :param positions: broadcasts against ``x.shape[:-1]`` (shared ``(seq,)``, per batch
@@ -177,8 +182,9 @@ class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
         >>> bool(np.array_equal(enc.rotate(q[:, 3:], offset=3), out[:, 3:]))  # decoding
         True
         """
-        return self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
-                            native=True)
+        out: _Array = self._rotate(x, positions, offset=offset, params=params, seq_len=seq_len,
+                                   native=True)
+        return out
 
     def tables(self, positions: Any, *, seq_len: int | None = None) -> RotaryTables:
         """The half-width tables of ``positions``, computed once, as a :class:`RotaryTables`
