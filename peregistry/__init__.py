@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from . import rope  # (named: type checkers then see per.rope; RotaryEncoder loads it anyway)
 from ._attention_mask import positions_from_attention_mask
 from ._hooks import hookimpl, hookspec
 from ._options import Option
@@ -58,6 +59,7 @@ __all__ = [
     "list_encoders",
     "positions_from_attention_mask",
     "register",
+    "rope",
     "unregister",
 ]
 

@@ -43,8 +43,9 @@ WORK = ROOT / ".mypy_cache" / "docs-examples" / Path(sys.prefix).name
 #: Frameworks a page may import that the checking env may lack (their import is then allowed to
 #: fail to resolve); torch, jax, numpy and array_api_strict are installed where this runs.
 OPTIONAL = ("flax", "keras", "keras_hub", "transformers", "matplotlib")
-#: The blocks the doc runner (tests_docs/_blocks.py) makes examples of: a skip marks the next of them.
-RUN_LANGUAGES = ("python", "bash", "console")
+#: The blocks the doc runner (tests_docs/_blocks.py) makes examples of: a skip marks the next of
+#: them; python and pycon (sessions, as docs/api.md's docstring examples) are type-checked.
+RUN_LANGUAGES = ("python", "pycon", "bash", "console")
 #: Packages a page makes up in-process (docs/plugins.md's `myrope`): never resolvable.
 PAGE_PACKAGES = ("myrope", "mypkg", "my_plugin")
 
@@ -86,7 +87,7 @@ def python_blocks(page: Path) -> list[Block]:
             example.evaluate()
     blocks = []
     for example, language in found:
-        if language != "python":
+        if language not in ("python", "pycon"):
             continue
         source = str(example.region.parsed)
         if source.lstrip().startswith(">>>"):
