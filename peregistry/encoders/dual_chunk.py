@@ -83,8 +83,9 @@ def dual_chunk_positions(positions: Any, *, chunk_size: int, local_size: int,
 
 
 class DualChunkRotary(RotaryEncoder):
-    """Dual chunk attention RoPE (An et al. 2024; Qwen2.5-1M, vLLM): ``rotate`` turns keys (and
-    the queries of their own chunk) at ``p mod (chunk_size - local_size)``;
+    """Dual chunk attention RoPE for long contexts (An et al. 2024; Qwen2.5-1M, vLLM).
+
+    ``rotate`` turns keys (and the queries of their own chunk) at ``p mod (chunk_size - local_size)``;
     ``rotate_dual_chunk(q, k)`` gives the queries of every chunk role too.
 
     With ``L = chunk_size - local_size`` and ``r = p mod L``, pair ``i`` of a key at ``p`` turns

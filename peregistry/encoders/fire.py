@@ -35,9 +35,10 @@ __all__ = ["Fire"]
 
 
 class Fire(LearnedParams, BiasEncoder):
-    """FIRE attention bias (Li et al. 2023): ``MLP(ψ(i - j) / ψ(max(L, i)))`` per head, with
-    ``ψ(x) = log(|c·x| + 1)``, learned ``c``, threshold ``L`` and MLP (see the module
-    docstring)."""
+    """FIRE attention bias: a learned MLP of progressively interpolated distances (Li et al. 2023).
+
+    ``MLP(ψ(i - j) / ψ(max(L, i)))`` per head, with ``ψ(x) = log(|c·x| + 1)``, learned ``c``,
+    threshold ``L`` and MLP (see the module docstring)."""
 
     name = "fire"
     __slots__ = ()

@@ -35,9 +35,11 @@ def _softplus(x: Any, xp: Any) -> Any:
 
 
 class Kerple(LearnedParams, BiasEncoder):
-    """KERPLE attention bias (Chi et al. 2022): ``-r1·log(1 + r2·|k - q|)`` (``variant="log"``)
-    or ``-r1·|k - q|^r2`` (``"power"``), learned per head; params ``scale`` and ``rate``/
-    ``power``, ``(num_heads,)`` each, through softplus/sigmoid (see the module docstring)."""
+    """KERPLE attention bias: learned log or power kernels of the distance (Chi et al. 2022).
+
+    ``-r1·log(1 + r2·|k - q|)`` (``variant="log"``) or ``-r1·|k - q|^r2`` (``"power"``), learned per
+    head; params ``scale`` and ``rate``/``power``, ``(num_heads,)`` each, through softplus/sigmoid
+    (see the module docstring)."""
 
     name = "kerple"
     properties = frozenset({"relative"})

@@ -239,8 +239,9 @@ class ALiBi(BiasEncoder):
 
 # -- Shaw ----------------------------------------------------------------------------------------
 class Shaw(LearnedParams, RelativeEmbedding):
-    """Shaw et al. 2018 relative position representations (eq. 3–4): one learned vector per
-    clipped distance, ``embed[..., i, j, :] = table[clip(k_j - q_i, -M, M) + M]``."""
+    """Relative position representations: a learned vector per clipped distance (Shaw et al. 2018).
+
+    Eq. 3–4: ``embed[..., i, j, :] = table[clip(k_j - q_i, -M, M) + M]``."""
 
     name = "shaw"
     properties = frozenset({"relative"})
@@ -268,7 +269,8 @@ _BY_DISTANCE_MIN_PAIRS = 1024
 
 
 class TransformerXL(RelativeEmbedding):
-    """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3):
+    """Transformer-XL sinusoid of the relative position ``q - k`` (Dai et al. 2019, §3.3).
+
     ``R[..., i, j, :] = [sin((q_i - k_j)·ω), cos((q_i - k_j)·ω)]``, ``ω_m = base^(-2m/dim)``
     (sines then cosines, as ``PositionalEmbedding`` of the reference code)."""
 
