@@ -223,6 +223,8 @@ def test_list_shows_each_encoders_summary(capsys: pytest.CaptureFixture[str],
     assert cells["cli-kitchen"]["summary"].startswith("Test encoder with an option")
     for info in per.list_encoders():
         assert info.summary and cells[str(info.name)]["summary"] == info.summary
+        if info.plugin.distribution == "peregistry":  # ours are whole sentences, not a first line cut short
+            assert info.summary.endswith("."), (info.name, info.summary)
 
 
 def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
