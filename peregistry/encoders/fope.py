@@ -65,17 +65,21 @@ class FoPE(LearnedParams, RotaryEncoder):
     ``_compute_cos_sin_cache``, ``einsum("tD,Dd->td")``)::
 
         C_k(p) = Σ_{j<D} cos(p·ω_j)·A[j, k],   S_k(p) = Σ_{j<D} sin(p·ω_j)·B[j, k],   k < D
-        C_k(p) = 1,                           S_k(p) = 0,                           D <= k < d/2
+        C_k(p) = 1,                           S_k(p) = sin_padding,                 D <= k < d/2
         a_k' = a_k·C_k - b_k·S_k,              b_k' = b_k·C_k + a_k·S_k
 
-    the clipped pairs (``k >= D``) at frequency zero: they pass through. ``A`` and ``B`` are the
-    params ``cos_coef`` and ``sin_coef``, ``(D, D)`` each, or ``(num_kv_heads, D, D)`` with
+    the clipped pairs (``k >= D``) at frequency zero: with ``sin_padding=0`` (vLLM since PR
+    55243, 2026-09-03, ``fope.py`` at 151a2c74) they pass through; with 1 (the paper's code,
+    xtuner, SGLang ``rope_variant.py`` at 0b1fd02d) they turn by a fixed 45°, scaled by √2.
+    ``A`` and ``B`` are the params ``cos_coef`` and ``sin_coef``, ``(D, D)`` each, or
+    ``(num_kv_heads, D, D)`` with
     ``sep_head=True``: one Fourier series per KV head, query head ``i`` of ``H`` using KV head
     ``i // (H / num_kv_heads)`` (vLLM's view of the queries). Fresh params are ``I + N(0,
     σ²)``, ``σ = init_factor/√D`` (xtuner's ``xavier_normal_(gain=fope_init_factor)`` of a
     ``D×D`` matrix, plus the identity). Without params the coefficients are the identity: RoPE
     on the retained frequencies, the others clipped (the paper's ablation without the Fourier
-    series), and every rotary law of the conformance suite holds; learned coefficients mix
+    series), and every rotary law of the conformance suite holds (the norm law with
+    ``sin_padding=0`` only); learned coefficients mix
     frequencies, so norms and the ``m - n`` law no longer hold exactly (by design).
     """
 
@@ -101,6 +105,10 @@ class FoPE(LearnedParams, RotaryEncoder):
     init_factor = Option(float, 0.1, allowed="a finite number >= 0", check=lambda f: f >= 0,
                          doc="gain of the noise added to the identity by init (vLLM/xtuner "
                              "fope_init_factor; Intern-S1-Pro 0.5)")
+    sin_padding = Option(
+        int, 0, allowed="0 or 1", check=lambda v: v in (0, 1),
+        doc="sin of the clipped pairs: 0 (vLLM since PR 55243: they pass through) or 1 (the "
+            "paper's code, xtuner, SGLang: cos = sin = 1, a fixed 45° turn scaled by √2)")
     layout = PAIR_LAYOUT
 
     def _validate(self) -> None:
@@ -126,11 +134,19 @@ class FoPE(LearnedParams, RotaryEncoder):
     def exempt_checks(self) -> Mapping[str, str]:  # type: ignore[override]
         """None, except with ``sep_head=True`` and ``num_kv_heads > 1``: ``check_shapes``, whose
         probes rotate ``x`` without a head axis or with a head count that is no multiple of
-        ``num_kv_heads``, which per-KV-head coefficients cannot rotate."""
+        ``num_kv_heads``, which per-KV-head coefficients cannot rotate; and with
+        ``sin_padding=1`` and clipped pairs: ``check_rotary_norm_preserved`` (by design)."""
+        out: dict[str, str] = {}
+        half = int(self._values["dim"]) // 2
+        if self._values["sin_padding"] == 1 and self.num_frequencies < half:
+            out["check_rotary_norm_preserved"] = (
+                f"sin_padding=1 (the paper's code, xtuner, SGLang): the {half - self.num_frequencies}"
+                f" clipped pairs have cos = sin = 1, a fixed 45° turn scaled by √2, so |x|² of "
+                f"those pairs doubles; the m - n law still holds (tests/test_engine_fope.py)")
         kv = self._values["num_kv_heads"]
         if not self._values["sep_head"] or kv is None or kv == 1:
-            return MappingProxyType({})
-        return MappingProxyType({"check_shapes": (
+            return MappingProxyType(out)
+        return MappingProxyType({**out, "check_shapes": (
             f"with sep_head=True and num_kv_heads={kv}, x is (..., heads, seq, dim) with heads a "
             f"multiple of num_kv_heads (query head i uses KV head i // (heads / {kv})'s "
             f"coefficients): the probes of x of shape (dim,) (no head axis) and (2, 3, 4, dim) "
@@ -176,7 +192,11 @@ class FoPE(LearnedParams, RotaryEncoder):
     def _half_cos_sin(self, positions: Any, *, ctx: Ctx, seq_len: int | None) -> tuple[Any, Any]:
         """``cos(p·ω_j)``, ``sin(p·ω_j)`` for every pair, ``ω_j = 0`` for the clipped ones: the
         tables without params (identity coefficients) and the basis the params mix."""
-        return cos_sin(positions, self._cache["freqs"], ctx=ctx)
+        cos, sin = cos_sin(positions, self._cache["freqs"], ctx=ctx)
+        kept = self.num_frequencies
+        if self._values["sin_padding"] == 1 and kept < int(sin.shape[-1]):
+            sin = ctx.xp.concat((sin[..., :kept], ctx.xp.ones_like(sin[..., kept:])), axis=-1)
+        return cos, sin
 
     # -- public methods ---------------------------------------------------------------------------
     def rotate(self, x: Any, positions: Any = None, *, offset: Any = 0,
@@ -329,10 +349,12 @@ class FoPE(LearnedParams, RotaryEncoder):
         else:
             mc, ms = xp.matmul(bc, a), xp.matmul(bs, b)
         rest = int(cos.shape[-1]) - d
-        if rest:  # the clipped pairs: frequency zero, vLLM's padding (cos 1, sin 0)
+        if rest:  # the clipped pairs: frequency zero, cos 1 and sin `sin_padding`
             shape = (*(int(s) for s in mc.shape[:-1]), rest)
-            mc = xp.concat((mc, xp.ones(shape, dtype=wide, device=ctx.device)), axis=-1)
-            ms = xp.concat((ms, xp.zeros(shape, dtype=wide, device=ctx.device)), axis=-1)
+            ones = xp.ones(shape, dtype=wide, device=ctx.device)
+            mc = xp.concat((mc, ones), axis=-1)
+            ms = xp.concat((ms, ones if self._values["sin_padding"] else xp.zeros_like(ones)),
+                           axis=-1)
         return mc, ms
 
 
