@@ -469,7 +469,7 @@ def test_unknown_rope_type_names_it_model_type_and_registered_types() -> None:
     with pytest.raises(ConfigError) as info:
         enc({**LLAMA, "rope_parameters": {"rope_type": "xpos", "rope_theta": 1e4}})
     text = str(info.value)
-    assert "'xpos'" in text and "'llama'" in text and "llama3, longrope, proportional" in text
+    assert "'xpos'" in text and "'llama'" in text and "llama3, longrope, ntk, proportional" in text
 
 
 def test_unsupported_families_say_so() -> None:
