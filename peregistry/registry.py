@@ -96,7 +96,10 @@ class Registry:
         #: and dropped from here when one of their names is first asked for).
         self._lazy: dict[str, Any] = {}
         self._snapshot: Snapshot | None = None
-        self._backend_by_type: dict[type, Backend] = {}
+        #: The adapter of each array type asked so far (what :meth:`backend_of` found): read by
+        #: a hot call as one dict get before asking :meth:`backend_of` (``Services``); emptied
+        #: by :meth:`clear_memos` and by any change of plugins. Read it, never write it.
+        self.backend_by_type: dict[type, Backend] = {}
         # The adapters in lookup order, sorted once per snapshot (by _snap, outside any trace:
         # TorchDynamo cannot sort by attributes it made symbolic under dynamic=True).
         self._backend_order: tuple[Snapshot, tuple[Backend, ...]] | None = None
@@ -168,7 +171,7 @@ class Registry:
         use). ``peregistry.rope.clear_caches()`` calls it on the default registry. The plugins
         and what their hooks gave stay (:meth:`register` and :meth:`unregister` renew those)."""
         with self._lock:
-            self._backend_by_type = {}
+            self.backend_by_type = {}
             snap = self._snapshot
         adapters = [b for entries in snap.backends.values() for b, _ in entries] if snap else []
         builtin = sys.modules.get("peregistry.backends.builtin")
@@ -179,7 +182,7 @@ class Registry:
 
     def _invalidate(self) -> None:
         self._snapshot = None
-        self._backend_by_type = {}
+        self.backend_by_type = {}
         self._backend_order = None
         if self is default_registry:  # its rotation kernels are the process's (rope._kernels)
             kernels = sys.modules.get("peregistry.rope._kernels")
@@ -352,7 +355,7 @@ class Registry:
         # eager call after a compiled one (which fills it) would force a recompilation.
         compiler = getattr(sys.modules.get("torch"), "compiler", None)  # (dynamo_tracing, inline)
         if compiler is None or not compiler.is_compiling():
-            found = self._backend_by_type.get(t)
+            found = self.backend_by_type.get(t)
             if found is not None:
                 return found
         for b in self.backends():
@@ -360,7 +363,7 @@ class Registry:
                 # Not while tracing: torch.compile guards on this dict, and filling it inside a
                 # compiled function would force one extra compilation on the next call.
                 if not b.is_tracing(x):
-                    self._backend_by_type[t] = b
+                    self.backend_by_type[t] = b
                 return b
         return None
 

@@ -180,19 +180,19 @@ def test_clear_caches_empties_every_memo_numpy() -> None:
     reg = per.default_registry
     numpy_backend = reg.backend("numpy")
     assert _tables.STORE.nbytes > 0
-    assert reg._backend_by_type
+    assert reg.backend_by_type
     assert kinds_base._DTYPE_KINDS
     assert "_ctx" in numpy_backend.__dict__
     assert _kernels.ACTIVE is not None
     clear_caches()
     assert _tables.STORE.nbytes == 0
-    assert reg._backend_by_type == {}
+    assert reg.backend_by_type == {}
     assert kinds_base._DTYPE_KINDS == {}
     assert "_ctx" not in numpy_backend.__dict__
     assert _kernels.ACTIVE is None
     assert _jax_eager._jitted == {} and not _jax_eager.untraceable
     _rotate_numpy()  # made again on next use
-    assert reg._backend_by_type and "_ctx" in numpy_backend.__dict__
+    assert reg.backend_by_type and "_ctx" in numpy_backend.__dict__
 
 
 def test_clear_caches_empties_torch_memos() -> None:
@@ -267,9 +267,9 @@ def test_register_and_unregister_empty_what_a_plugin_changes() -> None:
     reg = per.default_registry
     for change in (lambda: reg.register(_Kept), lambda: reg.unregister("_Kept")):
         _rotate_numpy()
-        assert reg._snapshot is not None and reg._backend_by_type and _kernels.ACTIVE is not None
+        assert reg._snapshot is not None and reg.backend_by_type and _kernels.ACTIVE is not None
         change()
-        assert reg._snapshot is None and reg._backend_by_type == {} and _kernels.ACTIVE is None
+        assert reg._snapshot is None and reg.backend_by_type == {} and _kernels.ACTIVE is None
     assert "test-kept-plugin" not in {e.name for e in reg.list_encoders()}
 
 

@@ -28,6 +28,10 @@ class NumpyBackend(Backend):
 
         return isinstance(x, np.ndarray | np.generic)
 
+    def is_tracing(self, x: Any) -> bool:
+        """Never: NumPy has no tracing compiler."""
+        return False
+
     def namespace(self) -> Any:
         import array_api_compat.numpy as xp
 

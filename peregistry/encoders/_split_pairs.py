@@ -92,6 +92,10 @@ class SplitRotaryTables(RotaryTables):
         return (f"SplitRotaryTables(shape={tuple(self.cos.shape)} x 2, dtype={self.cos.dtype}, "
                 f"layout={self.layout!r}, owner={self.owner!r})")
 
+    def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
+        """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
+        return tuple(self.rotate(x) for x in xs)
+
     def rotate(self, x: Any) -> Any:
         """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device."""
         a = super().rotate(x)

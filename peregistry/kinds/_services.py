@@ -28,6 +28,11 @@ __all__ = ["Services", "current_services", "set_default_services", "use_services
 class Services(Protocol):
     """The lookups an encoder needs; :class:`~peregistry.registry.Registry` provides them."""
 
+    #: The adapter of each array type :meth:`backend_of` has found (read only: a hot call's
+    #: one dict get before it asks :meth:`backend_of`; not under ``torch.compile``, where
+    #: Dynamo would guard on the dict). A registry renews it when its plugins change.
+    backend_by_type: dict[type, Backend]
+
     def backends(self) -> list[Backend]:
         """Every backend adapter, in lookup order."""
         ...

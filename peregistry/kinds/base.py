@@ -12,6 +12,7 @@ every error message, take the slower path of :mod:`.context`.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -211,10 +212,17 @@ class Encoder(Examples, Params):
         arguments' names, e.g. ``("positions",)``, or a function giving them) make the errors
         say which input is wrong."""
         services, backend, lead = self._services, None, None
+        # each array's adapter: one dict get, the registry's answer by type (not under
+        # torch.compile: Dynamo would guard on the dict); else the registry asks its adapters
+        compiler = getattr(sys.modules.get("torch"), "compiler", None)
+        by_type = (services.backend_by_type if compiler is None or not compiler.is_compiling()
+                   else {})
         for a in arrays:  # the usual call: arrays of one backend (and Nones)
             if a is None:
                 continue
-            b = services.backend_of(a)
+            b = by_type.get(type(a))
+            if b is None:
+                b = services.backend_of(a)
             if b is None or (backend is not None and b is not backend):
                 backend = None
                 break

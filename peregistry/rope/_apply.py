@@ -73,8 +73,8 @@ class RotaryTables:
     object is made (it casts them to float32 then): make new ones for new values.
     """
 
-    __slots__ = ("_batch", "_constant", "_ctx", "_float32", "_floats", "_type", "cos",
-                 "head_dim", "interleaved", "last", "owner", "rotary_dim", "sin")
+    __slots__ = ("_batch", "_constant", "_ctx", "_float32", "_floats", "_rotation", "_type",
+                 "cos", "head_dim", "interleaved", "last", "owner", "rotary_dim", "sin")
 
     def __init__(self, cos: Any, sin: Any, *, layout: Layout = "half", head_dim: int | None = None,
                  owner: str = "RotaryTables", ctx: Ctx | None = None,
@@ -122,6 +122,7 @@ class RotaryTables:
         self._floats = frozenset({cos.dtype, *(t.dtype for t in self._float32 or ()),
                                   *ctx.backend.float_dtypes().values()})
         self._batch = tuple(cos.shape[:-1])
+        self._rotation = _delegation.rotation(xp)  # the one dispatch, asked once
 
     @property
     def layout(self) -> Layout:
@@ -134,56 +135,59 @@ class RotaryTables:
                 f"layout={self.layout!r}, owner={self.owner!r})")
 
     def rotate_all(self, *xs: Any) -> tuple[Any, ...]:
-        """Each of ``xs`` rotated (``q, k = tables.rotate_all(q, k)``)."""
-        rotate = self.rotate
+        """Each of ``xs`` ``(..., head_dim)`` rotated (``q, k = tables.rotate_all(q, k)``):
+        same shape, dtype, namespace and device.
+
+        The tables were checked, and the rotation for their namespace chosen, when they were
+        made; each ``x`` is checked here by comparisons with what the tables know (the slow
+        answers only for an ``x`` they do not describe, and for the error)."""
+        ctx, owner, rotation = self._ctx, self.owner, self._rotation
+        xp = ctx.xp
         out = []
         for x in xs:
-            out.append(rotate(x))
+            if type(x) is not self._type and not ctx.backend.owns(x):
+                got = "None" if x is None else f"{type(x).__module__}.{type(x).__qualname__}"
+                raise TypeError(f"{owner}: x must be an array of {ctx.backend.name}, like the "
+                                f"tables; got {got}")
+            dtype = x.dtype
+            if dtype not in self._floats and not ctx.backend.is_float_dtype(dtype):
+                raise TypeError(f"{owner}: x must have a real floating dtype of "
+                                f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
+                                f"got {dtype}")
+            shape = tuple(x.shape)
+            if (len(shape) == 0 or (self.head_dim is not None and shape[-1] != self.head_dim)
+                    or shape[-1] < self.rotary_dim):
+                want = "" if self.head_dim is None else f" == {self.head_dim}"
+                raise ValueError(f"{owner}: x.shape={shape}, but x.shape[-1] should be"
+                                 f"{want or f' >= {self.rotary_dim}'} (x is (..., seq, dim))")
+            batch = self._batch
+            if shape[len(shape) - 1 - len(batch):-1] != batch and not broadcasts_into(
+                    batch, shape[:-1]):
+                raise ValueError(f"{owner}: tables of positions {batch} do not broadcast "
+                                 f"against x.shape[:-1]={shape[:-1]}")
+            # float32 and wider rotate in their own dtype (in the native byte order), narrower
+            # ones in float32
+            cdt = dtype if dtype in (xp.float32, xp.float64) else compute_float(dtype, xp)
+            cos, sin = self.cos, self.sin
+            if cdt != cos.dtype:  # the tables in the dtype the rotation runs in
+                if self._float32 is not None and cdt == xp.float32:
+                    cos, sin = self._float32
+                else:
+                    cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt),
+                                                       xp=xp, constant=self._constant)
+            if self.last:
+                out.append(rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
+                                           interleaved=self.interleaved, last=True, cdt=cdt,
+                                           xp=xp))
+            else:
+                out.append(rotation(x, cos, sin, rotary_dim=self.rotary_dim,
+                                    interleaved=self.interleaved, cdt=cdt, xp=xp))
         return tuple(out)
 
     def rotate(self, x: Any) -> Any:
-        """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device.
-
-        The tables were checked when they were made; ``x`` is checked here, each check a
-        comparison with what the tables know (the slow answers only for an ``x`` they do not
-        describe, and for the error)."""
-        ctx = self._ctx
-        xp = ctx.xp
-        if type(x) is not self._type and not ctx.backend.owns(x):
-            got = "None" if x is None else f"{type(x).__module__}.{type(x).__qualname__}"
-            raise TypeError(f"{self.owner}: x must be an array of {ctx.backend.name}, like the "
-                            f"tables; got {got}")
-        dtype = x.dtype
-        if dtype not in self._floats and not ctx.backend.is_float_dtype(dtype):
-            raise TypeError(f"{self.owner}: x must have a real floating dtype of "
-                            f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
-                            f"got {dtype}")
-        shape = tuple(x.shape)
-        if (len(shape) == 0 or (self.head_dim is not None and shape[-1] != self.head_dim)
-                or shape[-1] < self.rotary_dim):
-            want = "" if self.head_dim is None else f" == {self.head_dim}"
-            raise ValueError(f"{self.owner}: x.shape={shape}, but x.shape[-1] should be"
-                             f"{want or f' >= {self.rotary_dim}'} (x is (..., seq, dim))")
-        batch = self._batch
-        if shape[len(shape) - 1 - len(batch):-1] != batch and not broadcasts_into(
-                batch, shape[:-1]):
-            raise ValueError(f"{self.owner}: tables of positions {batch} do not broadcast against "
-                             f"x.shape[:-1]={shape[:-1]}")
-        # float32 and wider rotate in their own dtype (in the native byte order), narrower
-        # ones in float32
-        cdt = dtype if dtype in (xp.float32, xp.float64) else compute_float(dtype, xp)
-        cos, sin = self.cos, self.sin
-        if cdt != cos.dtype:  # the tables in the dtype the rotation runs in
-            if self._float32 is not None and cdt == xp.float32:
-                cos, sin = self._float32
-            else:
-                cos, sin = _delegation.materialize(xp.astype(cos, cdt), xp.astype(sin, cdt), xp=xp,
-                                                   constant=self._constant)
-        if not self.last:
-            return _delegation.rotate(x, cos, sin, rotary_dim=self.rotary_dim,
-                                      interleaved=self.interleaved, cdt=cdt, xp=xp)
-        return rotate_features(x, cos, sin, rotary_dim=self.rotary_dim,
-                               interleaved=self.interleaved, last=True, cdt=cdt, xp=xp)
+        """``x`` ``(..., head_dim)`` rotated: same shape, dtype, namespace and device
+        (:meth:`rotate_all` of one tensor)."""
+        return RotaryTables.rotate_all(self, x)[0]
 
 
 def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: Layout = "half") -> Any:

@@ -25,6 +25,7 @@ functions, so that importing the engine imports no framework.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "read_one",
     "reads_cheaply",
     "rotate",
+    "rotation",
     "rows_pay_off",
     "take_last",
     "wide_int",
@@ -98,6 +100,21 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cd
         return out if out.dtype == x.dtype else xp.astype(out, x.dtype)
     return apply_rotation(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved, cdt=cdt,
                           xp=xp)
+
+
+def rotation(xp: Any) -> Callable[..., Any]:
+    """The rotation for tables of namespace ``xp``, chosen once, when
+    :class:`~peregistry.rope.RotaryTables` are made (their per-layer call then enters no
+    dispatch): torch's rotation itself while no plugin kernel is active, else :func:`rotate`,
+    which asks on each call. Both take ``(x, cos, sin, *, rotary_dim, interleaved, cdt, xp)``
+    and give the same bits (a kernel registered after the tables were made is used by the next
+    tables)."""
+    kernels = _kernels.ACTIVE
+    if kernels is None:
+        kernels = _kernels.active()
+    if not kernels and getattr(xp, "__name__", None) in TORCH_NAMES:
+        return _torch.rotate
+    return rotate
 
 
 def _rotation_in(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool, cdt: Any,

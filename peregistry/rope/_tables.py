@@ -238,17 +238,6 @@ class PositionTables(_Tables):
         return table
 
 
-    def _offset_rows(self, offset: int, seq: int, *, ctx: Ctx,
-                    cdt: Any) -> Tables | None:
-        """Rows ``offset .. offset+seq-1`` of :meth:`_position_table` (views), or None."""
-        if offset < 0:
-            return None
-        table = self._position_table(offset + seq, ctx=ctx, cdt=cdt)
-        if table is None:
-            return None
-        return table[0][..., offset:offset + seq, :], table[1][..., offset:offset + seq, :]
-
-
     def _gathered_rows(self, pos: Any, *, ctx: Ctx, cdt: Any) -> Tables | None:
         """The rows of :meth:`_position_table` at eager integer ids ``pos`` (int32 or int64, read
         on the host without a device synchronization), each ``(*pos.shape, width)``; None where the

@@ -18,7 +18,7 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from ..backends._torch import bind_probe, is_placeholder
+from ..backends._torch import is_placeholder
 
 #: Elements per block of the eager rotation: a block and its temporaries (~4 MiB in float32)
 #: stay in the last-level cache while the four passes over it run.
@@ -84,12 +84,14 @@ def int_bounds(x: Any) -> tuple[int, int] | None:
 
 # -- the rotation --------------------------------------------------------------------------------
 def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
-           eager: bool = False) -> Any:
+           eager: bool = False, cdt: Any = None, xp: Any = None) -> Any:
     """Torch rotation, bit for bit Hugging Face's ``q·cos + rotate_half(q)·sin``.
 
     Under ``torch.compile`` (or with autograd) the plain expression, which inductor fuses into
     one kernel. Eager: ``out=`` ops into one preallocated output (blocked for large inputs, see
-    :func:`_rotate_blocked`).
+    :func:`_rotate_blocked`). ``cdt`` and ``xp`` are the dispatch's arguments
+    (:func:`._delegation.rotation` hands this function to :class:`~peregistry.rope.RotaryTables`);
+    the rotation runs in the tables' dtype, which is ``cdt``.
     """
     torch = sys.modules["torch"]  # imported (x is a tensor); a dict read, not an import
     # The common case first, in few calls (it is paid on every layer of every decode step): a
@@ -97,7 +99,7 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     # ``eager``: the caller's is_tracing(x) saw that nothing compiles or traces.
     plain = (type(x) is torch.Tensor
              and (eager or (not torch.compiler.is_compiling() and not torch.jit.is_tracing()))
-             and bind_probe().transforms() is None)
+             and torch._C._functorch.peek_interpreter_stack() is None)
     if not plain:
         if _is_dtensor(x):
             return _rotate_dtensor(x, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
@@ -118,7 +120,8 @@ def rotate(x: Any, cos: Any, sin: Any, *, rotary_dim: int, interleaved: bool,
     out = torch.empty_like(x)
     if rotary_dim < x.shape[-1]:
         out[..., rotary_dim:] = x[..., rotary_dim:]
-    shared = x.dim() >= 2 and all(n == 1 for n in cos.shape[:-2]) and x.is_contiguous()
+    # (cos.shape[:-2] all ones: a torch.Size's product is 1)
+    shared = x.dim() >= 2 and cos.shape[:-2].numel() == 1 and x.is_contiguous()
     # Blocks only on one thread: with several, each op of each block is a parallel region,
     # and on a shared CPU every region waits for a thread the OS has descheduled (many times
     # slower than a few whole-tensor ops with the other core busy: docs/benchmarks.md).

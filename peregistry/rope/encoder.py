@@ -17,6 +17,7 @@ layer, as Hugging Face passes ``position_embeddings`` down).
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -250,10 +251,12 @@ class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
         if pos is None:
             if type(call.offset) is int:
                 static_len = call.offset + xshape[-2]
-                if not call.tracing and type(self)._rows_at_offsets:
-                    rows = self._offset_rows(call.offset, xshape[-2], ctx=ctx, cdt=cdt)
-                    if rows is not None:
-                        return rows
+                if not call.tracing and type(self)._rows_at_offsets and call.offset >= 0:
+                    # rows offset .. offset+seq-1 of the table of positions (views)
+                    table = self._position_table(static_len, ctx=ctx, cdt=cdt)
+                    if table is not None:
+                        return (table[0][..., call.offset:static_len, :],
+                                table[1][..., call.offset:static_len, :])
             pos = self._default_positions(xshape[-2], call.offset, ctx=ctx)
         batch = self._position_batch_shape(pos)
         if not broadcasts_into(batch, xshape[:-1]):
@@ -281,7 +284,13 @@ class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
                      params: Mapping[str, Any] | None, seq_len: int | None) -> Call:
         """Validate the arguments of :meth:`rotate` (the errors name what is wrong)."""
         services = self._services
-        backend = services.backend_of(x)
+        # x's adapter: one dict get, the registry's answer by type (not under torch.compile:
+        # Dynamo would guard on the dict); else the registry asks its adapters
+        compiler = getattr(sys.modules.get("torch"), "compiler", None)
+        backend = (services.backend_by_type.get(type(x))
+                   if compiler is None or not compiler.is_compiling() else None)
+        if backend is None:
+            backend = services.backend_of(x)
         if backend is not None and type(offset) is int and (
                 positions is None or services.backend_of(positions) is backend):
             ctx, offset_arr = backend.context(x), None  # arrays of one backend: the usual call
@@ -294,7 +303,8 @@ class RotaryEncoder(PositionTables, QueryScale, RotaryKind):
         if params is not None:
             self._check_params(params, ctx)
         xp = ctx.xp
-        if not ctx.backend.is_float_dtype(x.dtype):
+        # (float32 and float64 are floating: the adapter is asked only about other dtypes)
+        if x.dtype not in (xp.float32, xp.float64) and not ctx.backend.is_float_dtype(x.dtype):
             raise TypeError(f"{self.name}: x must have a real floating dtype of "
                             f"{ctx.backend.name} ({', '.join(ctx.backend.float_dtypes())}), "
                             f"got {x.dtype}")
