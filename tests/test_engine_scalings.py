@@ -6,7 +6,12 @@ float64 NumPy, independently of peregistry's: the frequencies (``_compute_inv_fr
 NeoX halves or GPT-J pairs). Sources, vLLM ``vllm/model_executor/layers/rotary_embedding/``:
 
 * ``ntk_scaling_rope.py`` at 03587f55 (``NTKScalingRotaryEmbedding``), dispatched by
-  ``get_rope`` (``__init__.py``) for ``rope_type == "ntk"`` with ``factor`` and ``mixed_b``.
+  ``get_rope`` (``__init__.py``) for ``rope_type == "ntk"`` with ``factor`` and ``mixed_b``;
+* ``telechat3_scaling_rope.py`` at d5a17e05 (``TeleChat3RoPEScaledRotaryEmbedding``, for
+  ``rope_type == "telechat3-yarn"``) over ``yarn_scaling_rope.py`` at 0cd57848 and the YaRN
+  helpers of ``common.py`` at 002d181a;
+* ``grok1_scaling_rope.py`` at e443db5a (``Grok1ScalingRotaryEmbedding``, built by
+  ``models/grok1.py``'s ``get_rope_scaling``), every ``extra_method``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,62 @@ def ntk_inv_freq(base: float, rotary_dim: int, scaling_factor: float,
     return inv_freq
 
 
+def yarn_correction_range(low_rot: float, high_rot: float, dim: int, base: float,
+                          max_pos: int, truncate: bool = True) -> tuple[float, float]:
+    """``common.py``'s ``yarn_find_correction_dim``/``yarn_find_correction_range``."""
+    def correction_dim(num_rotations: float) -> float:
+        return (dim * math.log(max_pos / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(low_rot), correction_dim(high_rot)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
+
+
+def yarn_ramp(low: float, high: float, dim: int) -> A:
+    """``yarn_linear_ramp_mask``."""
+    if low == high:
+        high += 0.001
+    return np.clip((np.arange(dim, dtype=np.float64) - low) / (high - low), 0, 1)
+
+
+def yarn_inv_freq(base: float, rotary_dim: int, scaling_factor: float, max_pos: int,
+                  beta_fast: float = 32, beta_slow: float = 1, truncate: bool = True) -> A:
+    """``YaRNScalingRotaryEmbedding._compute_inv_freq`` (TeleChat 3's frequencies)."""
+    pos_freqs = base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (scaling_factor * pos_freqs)
+    low, high = yarn_correction_range(beta_fast, beta_slow, rotary_dim, base, max_pos, truncate)
+    mask = 1 - yarn_ramp(low, high, rotary_dim // 2)
+    return interpolation * (1 - mask) + extrapolation * mask
+
+
+def telechat3_mscale(scaling_factor: float, attn_factor: float = 1.0) -> float:
+    """``TeleChat3RoPEScaledRotaryEmbedding.__init__``'s ``get_mscale(...) * attn_factor``."""
+    return (1.0 if scaling_factor <= 1 else 0.07 * math.log(scaling_factor) + 1.0) * attn_factor
+
+
+def grok1_inv_freq(base: float, rotary_dim: int, scaling_factor: float, max_pos: int,
+                   extra_method: str, extrapolation_factor: float = 1.0) -> A:
+    """``Grok1ScalingRotaryEmbedding._compute_inv_freq``, line by line."""
+    pos_freqs = base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    inv_freq_extrapolation = 1.0 / pos_freqs
+    inv_freq_interpolation = 1.0 / (scaling_factor * pos_freqs)
+    low, high = yarn_correction_range(32, 1, rotary_dim, base, max_pos)
+    mask = (1 - yarn_ramp(low, high, rotary_dim // 2)) * extrapolation_factor
+    if extra_method == "original":
+        return inv_freq_extrapolation
+    if extra_method in ("yarn", "yarn_linear"):
+        return inv_freq_interpolation * (1 - mask) + inv_freq_extrapolation * mask
+    if extra_method == "yarn_log":
+        return np.exp(np.log(inv_freq_extrapolation) * mask
+                      + np.log(inv_freq_interpolation) * (1.0 - mask))
+    assert extra_method == "theta_scale"
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64)
+    theta_scale_exponent = base ** (math.log(max_pos * scaling_factor / (2 * math.pi))
+                                    / math.log(max_pos / (2 * math.pi)))
+    return 1.0 / (theta_scale_exponent ** (exponents / rotary_dim))
+
+
 def forward_native(x: A, positions: A, inv_freq: A, rotary_dim: int, *, neox: bool,
                    mscale: float = 1.0) -> A:
     """The cache rows of ``positions`` (``cos``/``sin`` of ``t·ω`` times ``mscale``) applied to
@@ -61,6 +122,10 @@ def forward_native(x: A, positions: A, inv_freq: A, rotary_dim: int, *, neox: bo
     return np.concatenate((out, rest), axis=-1)
 
 
+def _grok1(method: str, extrapolation_factor: float) -> Any:
+    return lambda th, d: grok1_inv_freq(th, d, 4.0, 8192, method, extrapolation_factor)
+
+
 # -- the branches --------------------------------------------------------------------------------
 #: (id, scaling, oracle frequencies of (theta, rotary_dim), oracle mscale)
 BRANCHES: list[tuple[str, dict[str, Any], Any, float]] = [
@@ -70,6 +135,17 @@ BRANCHES: list[tuple[str, dict[str, Any], Any, float]] = [
      lambda th, d: ntk_inv_freq(th, d, 8.0, 0.625), 1.0),
     ("ntk-mixed-b2", {"type": "ntk", "factor": 2.5, "mixed_b": 2.0},
      lambda th, d: ntk_inv_freq(th, d, 2.5, 2.0), 1.0),
+    ("telechat3", {"type": "telechat3-yarn", "factor": 4.0,
+                   "original_max_position_embeddings": 4096},
+     lambda th, d: yarn_inv_freq(th, d, 4.0, 4096), telechat3_mscale(4.0)),
+    ("telechat3-attn-notrunc", {"type": "telechat3-yarn", "factor": 8.0, "attn_factor": 0.9,
+                                "original_max_position_embeddings": 8192, "truncate": False,
+                                "beta_fast": 16.0, "beta_slow": 2.0},
+     lambda th, d: yarn_inv_freq(th, d, 8.0, 8192, 16.0, 2.0, False), telechat3_mscale(8.0, 0.9)),
+    *[(f"grok1-{m}", {"type": "grok1", "factor": 4.0, "original_max_position_embeddings": 8192,
+                      "extra_method": m, "extrapolation_factor": e}, _grok1(m, e), 1.0)
+      for m, e in [("yarn_log", 1.0), ("theta_scale", 1.0), ("yarn", 0.5), ("yarn_linear", 1.0),
+                   ("original", 1.0)]],
 ]
 SHAPES = [  # (dim, rotary_dim, layout): partial rotary, both layouts
     pytest.param(64, None, "half", id="d64-neox"),
@@ -168,9 +244,54 @@ def test_from_hf_config_maps_ntk(key: str, mixed_b: float | None) -> None:
     np.testing.assert_allclose(enc.rotate(x, pos), want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("key", ["rope_type", "type"])
+def test_from_hf_config_maps_telechat3_yarn(key: str) -> None:
+    """``rope_type``/``type`` ``"telechat3-yarn"``: YaRN's keys and ``attn_factor``, and the
+    cache's ``0.07·ln(factor) + 1`` on every row."""
+    rope = {key: "telechat3-yarn", "factor": 4.0, "original_max_position_embeddings": 2048,
+            "attn_factor": 1.1, "beta_fast": 32, "beta_slow": 1}
+    config = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+              "max_position_embeddings": 8192, "rope_theta": 10000.0, "rope_scaling": rope}
+    enc = per.from_hf_config(config)
+    assert enc.options["scaling"]["type"] == "telechat3-yarn"
+    x = np.random.default_rng(1).standard_normal((2, 9, 64))
+    pos = np.arange(9) * 900
+    want = forward_native(x, pos, yarn_inv_freq(10000.0, 64, 4.0, 2048), 64, neox=True,
+                          mscale=telechat3_mscale(4.0, 1.1))
+    np.testing.assert_allclose(enc.rotate(x, pos), want, rtol=0, atol=1e-12)
+
+
+def test_the_engines_differ_telechat3_against_yarn() -> None:
+    """TeleChat 3 and YaRN share their frequencies; their attention factors differ by
+    ``0.03·ln(factor)``: 4.2 % of every output at ``factor = 4``."""
+    common = {"factor": 4.0, "original_max_position_embeddings": 4096}
+    tele = per.get_encoder("rotary", dim=64, scaling={"type": "telechat3-yarn", **common})
+    yarn = per.get_encoder("rotary", dim=64, scaling={"type": "yarn", **common})
+    x = np.random.default_rng(2).standard_normal((5, 64))
+    ratio = tele.rotate(x) / yarn.rotate(x)
+    np.testing.assert_allclose(ratio, (0.07 * math.log(4) + 1) / (0.1 * math.log(4) + 1),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize(("method", "message"), [
+    ("yarn_cubic", "extra_method"), ("theta_scale", "original_max_position_embeddings > 2π")])
+def test_grok1_bad_values_are_refused(method: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        per.get_encoder("rotary", dim=16, scaling={
+            "type": "grok1", "factor": 2.0, "extra_method": method,
+            "original_max_position_embeddings": 6 if method == "theta_scale" else 4096})
+
+
 CASES = [("rotary", {"dim": 16, "scaling": {"type": "ntk", "factor": 4.0}}),
          ("rotary", {"dim": 24, "rotary_dim": 16, "layout": "interleaved",
-                     "scaling": {"type": "ntk", "factor": 8.0, "mixed_b": 0.625}})]
+                     "scaling": {"type": "ntk", "factor": 8.0, "mixed_b": 0.625}}),
+         ("rotary", {"dim": 16, "scaling": {"type": "telechat3-yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 64}}),
+         ("rotary", {"dim": 16, "scaling": {"type": "grok1", "factor": 4.0,
+                                            "original_max_position_embeddings": 64}}),
+         ("rotary", {"dim": 16, "scaling": {"type": "grok1", "factor": 4.0,
+                                            "extra_method": "theta_scale",
+                                            "original_max_position_embeddings": 64}})]
 
 
 @parametrize_with_checks(CASES)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from ..._markers import hookimpl
 from .base import RopeScaling
+from .grok1 import Grok1
 from .ntk import NTK
+from .telechat3 import TeleChat3Yarn
 
 __all__ = ["peregistry_rope_scalings"]
 
 
 @hookimpl
 def peregistry_rope_scalings() -> list[RopeScaling]:
-    """``ntk`` (vLLM ``NTKScalingRotaryEmbedding``)."""
-    return [NTK()]
+    """``ntk`` (vLLM ``NTKScalingRotaryEmbedding``), ``telechat3-yarn``
+    (``TeleChat3RoPEScaledRotaryEmbedding``) and ``grok1`` (``Grok1ScalingRotaryEmbedding``)."""
+    return [NTK(), TeleChat3Yarn(), Grok1()]
