@@ -4,9 +4,9 @@ FLUX-style models build their rotary tables once per forward and rotate the quer
 every block with them; rebuilding the tables in each call would repeat the trigonometry dozens of
 times. A :class:`RotaryTables` holds half-width tables (one ``cos``/``sin`` per pair, in the
 wide dtype they were computed in), validates each tensor it rotates, casts the tables to the
-dtype the rotation runs in and rotates through the framework dispatch, so that
-``enc.tables(p).rotate(x)`` equals ``enc.rotate(x, p)`` bit for bit. It keeps nothing but the
-tables it was given.
+dtype the rotation runs in and rotates with the rotation the framework dispatch chose for their
+namespace when they were made, so that ``enc.tables(p).rotate(x)`` equals ``enc.rotate(x, p)``
+bit for bit. It keeps nothing but the tables it was given and what it learnt of them then.
 """
 
 from __future__ import annotations
