@@ -1,0 +1,79 @@
+"""Which branches of vLLM's and SGLang's rotary dispatch ``from_hf_config`` reproduces (issue 46).
+
+``tests/data/engine_rope_keys.json`` lists every branch of both engines' ``get_rope``, the config
+keys it reads, a config that reaches it and what peregistry builds for that config. A branch
+peregistry does not reproduce yet is in :data:`EXPECTED_MISSING`, held exactly: a branch newly
+covered must leave it, and a new engine branch (a new release's key) must be classified here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import peregistry as per
+
+DATA = json.loads((Path(__file__).parent / "data" / "engine_rope_keys.json").read_text("utf-8"))
+
+#: Branches without a mapped encoder, and why (docs/porting.md, "Serving engines").
+EXPECTED_MISSING = {
+    "vllm:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
+    "vllm:default+use_fope": "fope exists (sin_padding=0 is vLLM's); from_hf_config not yet",
+    "vllm:mllama4": "Llama 4's vision rotary over the patch grid: not yet",
+    "vllm:yarn+mrope_section": "YaRN-scaled M-RoPE with vLLM's quadrupled context: not yet",
+    "vllm:deepseek_llama_scaling": "not yet",
+    "vllm:deepseek_yarn+is_deepseek_v4": "DeepSeek-V4's scaling rope: not yet",
+    "vllm:openpangu": "MRotaryEmbeddingInterleaved: not yet",
+    "vllm:grok1:extra_method": "the grok1 scaling exists; the Grok-1 config's top-level keys "
+                               "are not mapped yet",
+    "sglang:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
+    "sglang:default+mrope_section+mrope_interleaved_glm": "not yet",
+    "sglang:default+mrope_section+video_rope": "Bailing's M-RoPE: not yet",
+    "sglang:default+use_fope": "fope exists (sin_padding=1 is SGLang's); from_hf_config not yet",
+    "sglang:yarn+mrope_section": "YaRN-scaled M-RoPE: not yet checked against SGLang",
+    "sglang:yarn+mrope_section+video_rope": "Bailing's M-RoPE with YaRN: not yet",
+}
+
+BRANCHES = [(f"{engine}:{b['key']}", b) for engine, e in DATA["engines"].items()
+            for b in e["branches"]]
+BASE = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 32768,
+        "rope_theta": 10000.0}
+
+
+def test_the_list_of_missing_branches_is_exact() -> None:
+    """Every branch is classified, and the expected-missing list is exactly the unmapped ones."""
+    keys = [k for k, _ in BRANCHES]
+    assert len(keys) == len(set(keys)), "a branch is listed twice"
+    missing = {k for k, b in BRANCHES if b["peregistry"] is None}
+    assert missing - EXPECTED_MISSING.keys() == set(), "new unmapped branches: classify them"
+    assert EXPECTED_MISSING.keys() - missing == set(), "covered now: remove from EXPECTED_MISSING"
+
+
+@pytest.mark.parametrize(("key", "branch"), [b for b in BRANCHES if b[1]["peregistry"]],
+                         ids=[k for k, b in BRANCHES if b["peregistry"]])
+def test_mapped_branches_build_their_encoder(key: str, branch: dict[str, Any]) -> None:
+    """The branch's config builds the encoder and scaling type the list names."""
+    config = {**BASE, **branch["sample"]}
+    enc = per.from_hf_config(config)
+    want = branch["peregistry"]
+    assert enc.name == want["encoder"], key
+    scaling = enc.options.get("scaling")
+    assert (None if scaling is None else scaling["type"]) == want["scaling"], key
+
+
+@pytest.mark.parametrize(("key", "branch"), [b for b in BRANCHES if b[1]["peregistry"] is None
+                                             and b[1]["sample"] is not None],
+                         ids=[k for k, b in BRANCHES if b["peregistry"] is None
+                              and b["sample"] is not None])
+def test_missing_branches_do_not_silently_pass_for_covered(key: str,
+                                                           branch: dict[str, Any]) -> None:
+    """A missing branch's config does not build the engine's encoder: where from_hf_config
+    accepts it, the result is plain ``rotary``, not what the engine builds (documented)."""
+    config = {**BASE, **branch["sample"]}
+    try:
+        enc = per.from_hf_config(config)
+    except (ValueError, TypeError):
+        return
+    assert enc.name == "rotary", key
