@@ -153,6 +153,31 @@ def test_the_core_uses_an_installed_kernel(register: Any, backend: str) -> None:
     np.testing.assert_array_equal(b.to_numpy(q), want)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tables_choose_their_rotation_when_made(register: Any, backend: str) -> None:
+    """``RotaryTables`` ask the dispatch once, when made (``rotate_all`` then enters none):
+    torch's tables made while no kernel is active keep torch's own rotation, other namespaces'
+    ask the kernels on each call; the next tables use a kernel registered meanwhile. The bits
+    are the same either way."""
+    from peregistry.registry import default_registry
+    from peregistry.rope import _kernels
+
+    b = default_registry.backend(backend)
+    enc = per.get_encoder("rotary", dim=16)
+    x = b.from_numpy(np.random.default_rng(2).standard_normal((2, 5, 16)).astype(np.float32))
+    pos = b.from_numpy(np.arange(5))
+    made_before = enc.tables(pos)
+    installed = bool(_kernels.active())  # (the C accelerator, where installed)
+    want = b.to_numpy(made_before.rotate(x))
+    kernel = Generic()
+    register(kernel)
+    np.testing.assert_array_equal(b.to_numpy(made_before.rotate_all(x)[0]), want)
+    assert kernel.calls == (0 if backend == "torch" and not installed else 1)
+    calls = kernel.calls
+    np.testing.assert_array_equal(b.to_numpy(enc.tables(pos).rotate_all(x)[0]), want)
+    assert kernel.calls == calls + 1
+
+
 def test_a_declining_kernel_leaves_the_core_path(register: Any) -> None:
     class Declines(Generic):
         name = "declines"
