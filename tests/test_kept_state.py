@@ -50,7 +50,8 @@ KEPT = {
 #: ``RopeScaling.__init_subclass__``, like the row above).
 SCALING_PARAMETERS = {f"rope/scalings/{m}.py": f"{c}.parameters" for m, c in (
     ("dynamic", "Dynamic"), ("linear", "Linear"), ("llama3", "Llama3"), ("longrope", "LongRope"),
-    ("proportional", "Proportional"), ("yarn", "Yarn"))}
+    ("proportional", "Proportional"), ("yarn", "Yarn"), ("ntk", "NTK"), ("grok1", "Grok1"),
+    ("telechat3", "TeleChat3Yarn"))}
 
 #: Tables filled when their module is imported and never written afterwards.
 CONSTANT = {
