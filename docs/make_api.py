@@ -193,7 +193,8 @@ def _public_bases(cls: type, module: str) -> list[str]:
         return c.__module__ in ("builtins", "typing") or any(getattr(m, c.__name__, None) is c
                                                              for m in spaces)
 
-    found = [c for c in cls.__mro__[1:] if c is not object and public(c)]
+    # Generic is how a class takes type parameters, not an ancestor a reader looks up.
+    found = [c for c in cls.__mro__[1:] if c not in (object, typing.Generic) and public(c)]
     nearest = [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
     return [c.__name__ for c in nearest]
 

@@ -21,7 +21,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, overload
 
 __all__ = ["EXAMPLE_CANDIDATES", "MAX_DIM", "NO_EXAMPLE", "REQUIRED", "Option", "freeze", "thaw"]
 
@@ -57,6 +57,18 @@ class _NoExample:
 
 
 NO_EXAMPLE: Final = _NoExample()
+
+#: The type of an option's value as an encoder's attribute gives it. ``Any`` by default (PEP 696)
+#: so that a bare ``Option`` annotation, as plugins wrote before it was generic, stays valid under
+#: ``mypy --strict``; Python 3.11's ``TypeVar`` has no ``default``, and type checkers know
+#: ``typing_extensions`` without it being installed.
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as _TypeVar
+
+    T = _TypeVar("T", default=Any)
+else:
+    T = TypeVar("T")
+_V = TypeVar("_V")  # the value type an overload of ``Option.__init__`` binds
 
 #: Values tried, in order, when a required option without an ``example`` needs one: the first
 #: the option accepts (its type, ``choices`` and ``check``) is used. ``str`` options try their
@@ -101,8 +113,12 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-class Option:
+class Option(Generic[T]):
     """One option of an encoder: its type, default and the values it allows.
+
+    Generic in the value its attribute gives, for type checkers: ``Option(int, 8)`` is an
+    ``Option[int]`` and ``self.dim`` an ``int``; a ``nullable`` option's value may be ``None``;
+    a ``dict`` option's is ``Any`` (it is stored frozen, read with :func:`thaw`).
 
     :param type: ``int``, ``float``, ``str``, ``bool``, ``dict`` (a mapping of str keys, stored
         frozen) or ``tuple`` (a sequence of integers, stored as a tuple).
@@ -123,9 +139,54 @@ class Option:
     __slots__ = ("allowed", "check", "choices", "default", "doc", "example", "item", "name",
                  "nullable", "type")
 
+    @overload
+    def __init__(
+        self: Option[Any],
+        type: type[dict[Any, Any]],
+        default: Any = ...,
+        *,
+        allowed: str | None = ...,
+        check: Callable[[Any], bool] | None = ...,
+        choices: Sequence[str] | None = ...,
+        nullable: bool = ...,
+        doc: str = ...,
+        example: Any = ...,
+        item: type = ...,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Option[_V | None],
+        type: type[_V],
+        default: Any = ...,
+        *,
+        allowed: str | None = ...,
+        check: Callable[[Any], bool] | None = ...,
+        choices: Sequence[str] | None = ...,
+        nullable: Literal[True],
+        doc: str = ...,
+        example: Any = ...,
+        item: type = ...,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Option[_V],
+        type: type[_V],
+        default: Any = ...,
+        *,
+        allowed: str | None = ...,
+        check: Callable[[Any], bool] | None = ...,
+        choices: Sequence[str] | None = ...,
+        nullable: Literal[False] = ...,
+        doc: str = ...,
+        example: Any = ...,
+        item: type = ...,
+    ) -> None: ...
+
     def __init__(
         self,
-        type: type,
+        type: type[Any],
         default: Any = REQUIRED,
         *,
         allowed: str | None = None,
@@ -159,10 +220,17 @@ class Option:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> Option[T]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Option[T] | T:
         if obj is None:
             return self
-        return obj._values[self.name]
+        value: T = obj._values[self.name]  # type: ignore[attr-defined]
+        return value
 
     @property
     def required(self) -> bool:
