@@ -252,13 +252,10 @@ class Registry:
         and known names; a name claimed by two plugins raises
         :class:`~peregistry.PluginConflictError` naming both.
 
-        >>> import numpy as np
-        >>> import peregistry as per
-        >>> enc = per.get_encoder("rotary", dim=8)
-        >>> enc.name, enc.kind, enc.options["theta"]
-        ('rotary', 'rotary', 10000.0)
-        >>> per.get_encoder("sinusoidal", dim=8).encode(np.arange(4)).shape
-        (4, 8)
+        >>> from peregistry.registry import default_registry
+        >>> enc = default_registry.get_encoder("rotary", dim=8)
+        >>> enc.name, enc.options["theta"], enc.services is default_registry
+        ('rotary', 10000.0, True)
         """
         snap = self._snapshot or self._snap()
         entries = snap.encoders.get(name) if type(name) is str else None
