@@ -47,6 +47,26 @@ def context_option(doc: str = "context length the model was trained on") -> Opti
     return Option(int, allowed="a positive integer", check=lambda n: n > 0, doc=doc)
 
 
+def positive_option(doc: str, default: float) -> Option:
+    """A number > 0 with a default (YaRN's betas, an attention factor's multiplier)."""
+    return Option(float, default, allowed="a number > 0", check=lambda b: b > 0, doc=doc)
+
+
+def beta_options() -> dict[str, Option]:
+    """YaRN's ``beta_fast`` and ``beta_slow``, the rotation counts that bound its ramp (Peng et
+    al. 2023, §3.2: 32 and 1), shared by the types built on YaRN's frequencies."""
+    return {"beta_fast": positive_option("rotations above which frequencies are kept "
+                                         "(extrapolated)", 32.0),
+            "beta_slow": positive_option("rotations below which frequencies are interpolated", 1.0)}
+
+
+def check_beta_order(params: Mapping[str, Any], where: str) -> None:
+    """Raise unless ``beta_fast > beta_slow`` (else YaRN's ramp is empty or reversed)."""
+    if not params["beta_fast"] > params["beta_slow"]:
+        raise ValueError(f"{where}: 'beta_fast' must be greater than 'beta_slow', got "
+                         f"beta_fast={params['beta_fast']!r}, beta_slow={params['beta_slow']!r}")
+
+
 class RopeScaling:
     """Base class of scaling types. Subclasses set :attr:`name` and :attr:`parameters` and
     implement :meth:`inv_freq`; the rest has sensible defaults."""

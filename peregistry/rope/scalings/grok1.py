@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
 from .._funcs import inv_freq
-from .base import RopeScaling, context_option, factor_option
+from .base import RopeScaling, beta_options, check_beta_order, context_option, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -20,10 +20,6 @@ __all__ = ["Grok1"]
 
 #: Grok-1's ``extra_method`` values (vLLM ``_compute_inv_freq``).
 METHODS = ("yarn_log", "yarn", "yarn_linear", "theta_scale", "original")
-
-
-def _positive(doc: str, default: float) -> Option:
-    return Option(float, default, allowed="a number > 0", check=lambda b: b > 0, doc=doc)
 
 
 def _extrapolated_share(d: int, theta: float, orig: int, beta_fast: float,
@@ -71,16 +67,12 @@ class Grok1(RopeScaling):
         "extrapolation_factor": Option(float, 1.0, allowed="a finite number >= 0",
                                        check=lambda f: 0 <= f < math.inf,
                                        doc="multiplies YaRN's extrapolated share m_i"),
-        "beta_fast": _positive("rotations above which frequencies are kept (extrapolated)", 32.0),
-        "beta_slow": _positive("rotations below which frequencies are interpolated", 1.0),
+        **beta_options(),
     }
 
     def check(self, params: Mapping[str, Any], *, where: str, rotary_dim: int,
               theta: float) -> None:
-        if not params["beta_fast"] > params["beta_slow"]:
-            raise ValueError(f"{where}: 'beta_fast' must be greater than 'beta_slow', got "
-                             f"beta_fast={params['beta_fast']!r}, beta_slow="
-                             f"{params['beta_slow']!r}")
+        check_beta_order(params, where)
         if params["extra_method"] == "theta_scale" and \
                 not params["original_max_position_embeddings"] > 2 * math.pi:
             raise ValueError(f"{where}: extra_method='theta_scale' needs "

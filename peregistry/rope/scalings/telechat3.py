@@ -10,14 +10,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..._options import Option
-from .base import context_option, factor_option
+from .base import beta_options, context_option, factor_option, positive_option
 from .yarn import Yarn
 
 __all__ = ["TeleChat3Yarn"]
-
-
-def _positive(doc: str, default: float) -> Option:
-    return Option(float, default, allowed="a number > 0", check=lambda b: b > 0, doc=doc)
 
 
 class TeleChat3Yarn(Yarn):
@@ -40,9 +36,8 @@ class TeleChat3Yarn(Yarn):
     parameters: ClassVar[Mapping[str, Option]] = {
         "factor": factor_option(),
         "original_max_position_embeddings": context_option(),
-        "beta_fast": _positive("rotations above which frequencies are kept (extrapolated)", 32.0),
-        "beta_slow": _positive("rotations below which frequencies are interpolated", 1.0),
-        "attn_factor": _positive("multiplies the attention factor 0.07·ln(factor) + 1", 1.0),
+        **beta_options(),
+        "attn_factor": positive_option("multiplies the attention factor 0.07·ln(factor) + 1", 1.0),
         "truncate": Option(bool, True, doc="floor/ceil the correction range"),
     }
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._options import Option
 from .._funcs import inv_freq
-from .base import RopeScaling, context_option, factor_option
+from .base import RopeScaling, beta_options, check_beta_order, context_option, factor_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,10 +21,6 @@ __all__ = ["Yarn"]
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's ``m(s, k) = 0.1·k·ln(s) + 1`` (1 for ``s <= 1``)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
-def _positive(doc: str, default: float) -> Option:
-    return Option(float, default, allowed="a number > 0", check=lambda b: b > 0, doc=doc)
 
 
 def _derived(doc: str, allowed: str, check: Any) -> Option:
@@ -49,8 +45,7 @@ class Yarn(RopeScaling):
     parameters: ClassVar[Mapping[str, Option]] = {
         "factor": factor_option(),
         "original_max_position_embeddings": context_option(),
-        "beta_fast": _positive("rotations above which frequencies are kept (extrapolated)", 32.0),
-        "beta_slow": _positive("rotations below which frequencies are interpolated", 1.0),
+        **beta_options(),
         "mscale": _derived("DeepSeek: numerator coefficient of the attention factor",
                            "None or a number >= 0", lambda m: m >= 0),
         "mscale_all_dim": _derived("DeepSeek: denominator coefficient of the attention factor",
@@ -62,10 +57,7 @@ class Yarn(RopeScaling):
 
     def check(self, params: Mapping[str, Any], *, where: str, rotary_dim: int,
               theta: float) -> None:
-        if not params["beta_fast"] > params["beta_slow"]:
-            raise ValueError(f"{where}: 'beta_fast' must be greater than 'beta_slow', got "
-                             f"beta_fast={params['beta_fast']!r}, beta_slow="
-                             f"{params['beta_slow']!r}")
+        check_beta_order(params, where)
 
     def attention_factor(self, rotary_dim: int, theta: float, params: Mapping[str, Any]) -> float:
         if params["attention_factor"] is not None:
