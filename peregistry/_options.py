@@ -23,6 +23,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, overload
 
+from ._option_words import NONE_WORDS, PARSERS, parse_floats
+
 __all__ = ["EXAMPLE_CANDIDATES", "MAX_DIM", "NO_EXAMPLE", "REQUIRED", "Option", "freeze", "thaw"]
 
 #: The largest feature dimension the built-in encoders accept (``dim`` of ``rotary``, ``mrope``,
@@ -91,9 +93,6 @@ _TYPE_SYNTAX: dict[type, str] = {
     tuple: "ints 1,2,3",
     dict: "JSON object",
 }
-_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-_FALSE_WORDS = frozenset({"0", "false", "no", "off"})
-_NONE_WORDS = frozenset({"none", "null"})
 
 _TYPE_WORDS: dict[Any, str] = {
     int: "an integer",
@@ -272,9 +271,9 @@ class Option(Generic[T]):
         :raises ValueError: naming the encoder ``owner``, the option, the text and what is allowed.
         """
         word = text.strip()
-        if self.nullable and word.lower() in _NONE_WORDS:
+        if self.nullable and word.lower() in NONE_WORDS:
             return None
-        parse = _parse_floats if self.type is tuple and self.item is float else _PARSERS.get(self.type)
+        parse = parse_floats if self.type is tuple and self.item is float else PARSERS.get(self.type)
         if parse is None:  # str
             return text
         try:
@@ -389,68 +388,6 @@ def _finite_or_inf(value: Any) -> float:
         return float(value)
     except OverflowError:
         return math.inf
-
-
-def _parse_bool(word: str) -> bool:
-    """A command-line word as a bool (``true``/``false`` and their synonyms, any case)."""
-    if word.lower() in _TRUE_WORDS:
-        return True
-    if word.lower() in _FALSE_WORDS:
-        return False
-    raise ValueError("write true or false")
-
-
-def _parse_number(kind: type) -> Callable[[str], Any]:
-    """A parser of command-line words as ``kind`` (int or float)."""
-
-    def parse(word: str) -> Any:
-        try:
-            return kind(word)
-        except ValueError:
-            raise ValueError("") from None
-
-    return parse
-
-
-def _parse_sequence(item: type, example: str) -> Callable[[str], tuple[Any, ...]]:
-    """A parser of comma-separated command-line words (brackets optional) as a tuple of
-    ``item``; its error shows ``example``."""
-
-    def parse(word: str) -> tuple[Any, ...]:
-        inner = word.strip("()[] ").removesuffix(",")  # "(4,)" is Python's one-tuple
-        if not inner:
-            return ()
-        try:
-            return tuple(item(p) for p in inner.split(","))
-        except ValueError:
-            raise ValueError(f"write {example}") from None
-
-    return parse
-
-
-def _parse_json_object(word: str) -> Any:
-    """A command-line word as a JSON object (a ``scaling`` dict, say)."""
-    import json  # the command line only, not at every start
-
-    try:
-        value = json.loads(word)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError("write a JSON object, e.g. '{\"type\": \"linear\", \"factor\": 2.0}'")
-    return value
-
-
-#: Command-line text to value, by option type (``str`` is taken as given).
-_PARSERS: dict[type, Callable[[str], Any]] = {
-    bool: _parse_bool,
-    int: _parse_number(int),
-    float: _parse_number(float),
-    tuple: _parse_sequence(int, "integers separated by commas, e.g. 1,2,3"),
-    dict: _parse_json_object,
-}
-#: ``Option(tuple, item=float)``: numbers separated by commas.
-_parse_floats = _parse_sequence(float, "numbers separated by commas, e.g. 1.0,0.5")
 
 
 class _FrozenDict(tuple):  # type: ignore[type-arg]

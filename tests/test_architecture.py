@@ -36,7 +36,7 @@ def _modules() -> dict[str, Path]:
 #: (the registry, the suite, the tools, the integrations) sits above and may import them all.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({"peregistry.errors", "peregistry._options", "peregistry._markers",
-                               "peregistry._namespaces", "peregistry._records",
+                               "peregistry._option_words", "peregistry._namespaces", "peregistry._records",
                                "peregistry._jax_eager", "peregistry.backends"})),
     ("kinds", frozenset({"peregistry.kinds"})),
     ("engine", frozenset({"peregistry.rope"})),

@@ -61,7 +61,7 @@ CONSTANT = {
     ("_options.py", "_TYPE_SYNTAX"),
     ("_options.py", "_TYPE_WORDS"),
     ("_options.py", "_ITEM_WORDS"),
-    ("_options.py", "_PARSERS"),
+    ("_option_words.py", "PARSERS"),
     ("bench/_cases.py", "BENCHMARKS"),
     ("bench/_compiled.py", "BENCH_ROTATIONS"),
     ("cli/_main.py", "COMMANDS"),
