@@ -8,7 +8,8 @@ own source (issue 46):
   (``FourierRotaryEmbedding``, as the paper's code and xtuner): ``sin`` padded with 1, applied by
   ``apply_rotary_pos_emb_native`` (``q·cos + rotate_half(q)·sin``).
 
-Both oracles are written here from the engines' code, not from peregistry's."""
+Both oracles are written from the engines' code, not from peregistry's; the cache's rows, which
+the engines build alike but for the padding, are tests/test_fope.py's ``vllm_cache_rows``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_fope import vllm_cache_rows  # the cache's rows, both engines (sin_pad 0 or 1)
 
 import peregistry as per
 from peregistry.testing import Case, parametrize_with_checks
@@ -35,26 +37,6 @@ def engine_inv_freq(rotary_dim: int, base: float, max_pos: int, num_inv_freq: in
     return inv_freq[keep]
 
 
-def engine_cache_rows(t: A, inv_freq: A, cos_coef: A, sin_coef: A, head_size: int, *,
-                      sep_head: bool, sin_pad: float) -> tuple[A, A]:
-    """Rows ``t`` of ``_compute_cos_sin_cache``: ``einsum`` of the basis with the coefficients,
-    ``F.pad`` of cos with 1 and of sin with ``sin_pad`` (vLLM 0, SGLang 1), ``cat((c, c))``."""
-    freqs = np.einsum("i,j -> ij", np.asarray(t, dtype=np.float64), inv_freq)
-    if sep_head:
-        kv = cos_coef.shape[0]
-        pos_cos = np.broadcast_to(np.cos(freqs)[None], (kv, *freqs.shape))
-        pos_sin = np.broadcast_to(np.sin(freqs)[None], (kv, *freqs.shape))
-        sin = np.einsum("htD, hDd -> thd", pos_sin, sin_coef)
-        cos = np.einsum("htD, hDd -> thd", pos_cos, cos_coef)
-    else:
-        sin = np.einsum("tD, Dd -> td", np.sin(freqs), sin_coef)
-        cos = np.einsum("tD, Dd -> td", np.cos(freqs), cos_coef)
-    pad = [(0, 0)] * (sin.ndim - 1) + [(0, head_size // 2 - sin.shape[-1])]
-    sin = np.pad(sin, pad, mode="constant", constant_values=sin_pad)
-    cos = np.pad(cos, pad, mode="constant", constant_values=1.0)
-    return np.concatenate((cos, cos), axis=-1), np.concatenate((sin, sin), axis=-1)
-
-
 def engine_forward(query: A, cos: A, sin: A, head_size: int) -> A:
     """``forward_native`` / ``forward`` on ``query`` ``(tokens, heads·head_size)``: per-KV-head
     rows flattened, the queries viewed as ``(tokens·kv, heads/kv, head_size)``."""
@@ -72,8 +54,8 @@ def engine(x: A, positions: A, params: dict[str, A], *, dim: int, theta: float, 
            num_inv_freq: int | None, sep_head: bool, sin_pad: float) -> A:
     """The engine's result for ``x`` ``(heads, seq, dim)`` at ``positions`` ``(seq,)``."""
     inv = engine_inv_freq(dim, theta, max_pos, num_inv_freq)
-    cos, sin = engine_cache_rows(positions, inv, params["cos_coef"], params["sin_coef"], dim,
-                                 sep_head=sep_head, sin_pad=sin_pad)
+    cos, sin = vllm_cache_rows(positions, inv, params["cos_coef"], params["sin_coef"], dim,
+                               sep_head, sin_pad)
     heads, seq, _ = x.shape
     query = np.transpose(x, (1, 0, 2)).reshape(seq, heads * dim)
     return np.transpose(engine_forward(query, cos, sin, dim), (1, 0, 2))

@@ -33,10 +33,11 @@ def vllm_inv_freq(rotary_dim: int, base: float, max_position_embeddings: int,
 
 
 def vllm_cache_rows(t: A, inv_freq: A, cos_coef: A, sin_coef: A, head_size: int,
-                    sep_head: bool) -> tuple[A, A]:
+                    sep_head: bool, sin_pad: float = 0.0) -> tuple[A, A]:
     """Rows ``t`` of ``_compute_cos_sin_cache``: ``(len(t), [kv,] head_size)`` cos and sin.
     vLLM's shared coefficients are ``coef[0]`` of a ``(kv, D, D)`` parameter; ours are that
-    ``(D, D)`` matrix."""
+    ``(D, D)`` matrix. The clipped pairs' sin is ``sin_pad``: 0 in vLLM, 1 in SGLang's
+    ``rope_variant.py`` and the paper's code (tests/test_engine_fope.py)."""
     freqs = np.einsum("j,i -> ji", np.asarray(t, dtype=np.float64), inv_freq)
     if sep_head:
         heads = cos_coef.shape[0]
@@ -48,7 +49,7 @@ def vllm_cache_rows(t: A, inv_freq: A, cos_coef: A, sin_coef: A, head_size: int,
         sin = np.einsum("tD, Dd -> td", np.sin(freqs), sin_coef)
         cos = np.einsum("tD, Dd -> td", np.cos(freqs), cos_coef)
     pad = [(0, 0)] * (sin.ndim - 1) + [(0, head_size // 2 - sin.shape[-1])]
-    sin = np.pad(sin, pad, mode="constant", constant_values=0.0)  # the clipped pairs: sin 0
+    sin = np.pad(sin, pad, mode="constant", constant_values=sin_pad)  # the clipped pairs
     cos = np.pad(cos, pad, mode="constant", constant_values=1.0)  # and cos 1
     return np.concatenate((cos, cos), axis=-1), np.concatenate((sin, sin), axis=-1)
 
