@@ -175,11 +175,13 @@ def convert(params: Any, xp: Any, device: Any = None) -> Any:
 
 
 @overload
-def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: type[_E]) -> _E: ...
+def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: type[_E],
+                   engine: str = "transformers") -> _E: ...
 @overload
-def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: None = None) -> Encoder: ...
+def from_hf_config(config: Any, *, layer_type: str | int | None = None, kind: None = None,
+                   engine: str = "transformers") -> Encoder: ...
 def from_hf_config(config: Any, *, layer_type: str | int | None = None,
-                   kind: type[Encoder] | None = None) -> Encoder:
+                   kind: type[Encoder] | None = None, engine: str = "transformers") -> Encoder:
     """The encoder that reproduces a Hugging Face model's positional encoding, from its
     ``PretrainedConfig`` or the dict of its ``config.json`` (transformers is not imported).
 
@@ -188,7 +190,9 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
     :mod:`peregistry.hf_config` and docs/porting.md. ``kind``, a class, is what the encoder
     must be an instance of, as in :func:`get_encoder`:
     ``from_hf_config(config, kind=per.RotaryEncoder)`` has the type :class:`RotaryEncoder`
-    (most models) and raises ``TypeError`` for a T5 or ALiBi model.
+    (most models) and raises ``TypeError`` for a T5 or ALiBi model. ``engine``
+    (``"transformers"``, ``"vllm"``, ``"sglang"``) is whose reading of the config to reproduce
+    where the serving engines and transformers differ (docs/porting.md, "Serving engines").
 
     >>> import peregistry as per
     >>> config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
@@ -199,7 +203,7 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
     """
     from .hf_config import from_hf_config as _from_hf_config
 
-    enc = _from_hf_config(config, layer_type=layer_type)
+    enc = _from_hf_config(config, layer_type=layer_type, engine=engine)
     if kind is not None:
         from ._kind_check import check_kind
 

@@ -148,7 +148,12 @@ def _alibi(text: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encoder:
+#: The readings of a config ``from_hf_config`` reproduces (its ``engine`` argument).
+_ENGINES = ("transformers", "vllm", "sglang")
+
+
+def from_hf_config(config: Any, *, layer_type: str | int | None = None,
+                   engine: str = "transformers") -> Encoder:
     """The encoder that reproduces the positional encoding of a Hugging Face model.
 
     ``config`` is a transformers ``PretrainedConfig`` or the dict of a ``config.json``; composite
@@ -156,9 +161,15 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     T5's ``"encoder"``/``"decoder"``) or a layer index; it is needed when the layers differ.
     A layer without positional encoding raises :class:`NoPositionalEncodingError`; unknown
     rope types and missing keys raise :class:`ConfigError` (a ``ValueError``) naming them.
+    ``engine`` is whose reading of the config to reproduce where vLLM's or SGLang's
+    ``get_rope`` differs from transformers' (docs/porting.md, "Serving engines"): keys only an
+    engine reads are read as that engine reads them whatever ``engine`` says.
     """
     from ..rope.scalings import registered_scalings
 
+    if engine not in _ENGINES:
+        raise ValueError(f"from_hf_config: engine={engine!r} is not one of "
+                         f"{', '.join(map(repr, _ENGINES))}")
     raw, default_theta = _as_dict(config)
     text = _text_config(raw)
     model_type = str(text.get("model_type") or raw.get("model_type") or "unknown")
@@ -189,7 +200,7 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None) -> Encod
     text = {**text, **layer_overrides(text, layer_type, where)}  # Gemma 4's global head_dim
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,
-                                   registered=registered_scalings())
+                                   registered=registered_scalings(), engine=engine)
     return _build(where, name, options)
 
 

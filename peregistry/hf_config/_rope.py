@@ -165,10 +165,11 @@ def _scaling(kind: str, rope: Mapping[str, Any], config: Mapping[str, Any], wher
 
 
 def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_type: str, *,
-                   where: str, default_theta: float | None,
-                   registered: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+                   where: str, default_theta: float | None, registered: Mapping[str, Any],
+                   engine: str = "transformers") -> tuple[str, dict[str, Any]]:
     """``(encoder name, options)`` for the rotary settings ``rope`` (one layer type's flat
-    ``rope_parameters``, or the 4.x ``rope_scaling`` with ``rope_theta`` beside it)."""
+    ``rope_parameters``, or the 4.x ``rope_scaling`` with ``rope_theta`` beside it), as
+    ``engine`` (``from_hf_config``'s) reads them."""
     dim = head_dim(config, model_type, where)
     theta = _theta(rope, config, model_type, default_theta, where)
     kind_key, kind = _found(rope, "rope_type", "type")
