@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._conventions import conventions_of
+from ._engine_mrope import EngineMRope, engine_mrope
 from ._values import ConfigError, flag, integer, integers, number
 
 __all__ = ["ConfigError", "rotary_options"]
@@ -180,6 +181,9 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     if kind == "mrope":  # Qwen2-VL's 4.x configs: transformers reads it as "default"
         kind = "default"
     kind = str(conventions_of(model_type).get("rope_type_aliases", {}).get(kind, kind))
+    branch = engine_mrope(kind, rope, config, engine=engine, where=where)
+    if branch is not None:  # a serving engine's own M-RoPE branch
+        kind = branch.kind
     alpha = _number(rope, "alpha")
     if kind == "dynamic" and alpha and conventions_of(model_type).get("ntk_alpha"):
         # HunYuan's compute_ntk_alpha_rope_parameters: a fixed alpha only stretches the base
@@ -187,7 +191,8 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
         kind = "default"
     rotary_dim = (dim if _consumes_partial(kind, registered)
                   else _rotary_dim(rope, config, model_type, dim, where))
-    scaling = _scaling(kind, rope, config, where, registered)
+    scaling = (branch.scaling if branch is not None
+               else _scaling(kind, rope, config, where, registered))
     layout = _layout(config, model_type, where)
     conv = conventions_of(model_type)
     common = {"dim": dim, "theta": theta, "layout": layout, "scaling": scaling,
@@ -202,6 +207,8 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
         return "rotary", common
     out = {**common, "sections": integers(sections, key, where),
            "interleaved": _mrope_interleaved(rope, config, model_type, where)}
+    if branch is not None:
+        return "mrope", _engine_pairs(branch, out, where)
     mapper = conv.get("mrope_map")
     if mapper is not None:  # the family's own axis-to-pair map (Ernie-4.5-VL)
         out["sections"], out["pair_axes"] = mapper(list(out["sections"]))
@@ -209,6 +216,18 @@ def rotary_options(rope: Mapping[str, Any], config: Mapping[str, Any], model_typ
     if features is not None:  # the family's own axis of every feature (HunYuan-VL)
         out["sections"], out["feature_axes"] = features(list(out["sections"]))
     return "mrope", out
+
+
+def _engine_pairs(branch: EngineMRope, out: dict[str, Any], where: str) -> dict[str, Any]:
+    """``out`` with an engine branch's own pair map or interleaving."""
+    if branch.interleaved is not None:
+        out["interleaved"] = branch.interleaved
+    if branch.pair_map is not None:
+        try:
+            out["sections"], out["pair_axes"] = branch.pair_map(tuple(out["sections"]))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return out
 
 
 def temperature(config: Mapping[str, Any], defaults: Mapping[str, Any] | None,
