@@ -22,18 +22,12 @@ EXPECTED_MISSING = {
     "vllm:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
     "vllm:default+use_fope": "fope exists (sin_padding=0 is vLLM's); from_hf_config not yet",
     "vllm:mllama4": "Llama 4's vision rotary over the patch grid: not yet",
-    "vllm:yarn+mrope_section": "YaRN-scaled M-RoPE with vLLM's quadrupled context: not yet",
     "vllm:deepseek_llama_scaling": "not yet",
     "vllm:deepseek_yarn+is_deepseek_v4": "DeepSeek-V4's scaling rope: not yet",
-    "vllm:openpangu": "MRotaryEmbeddingInterleaved: not yet",
     "vllm:grok1:extra_method": "the grok1 scaling exists; the Grok-1 config's top-level keys "
                                "are not mapped yet",
     "sglang:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
-    "sglang:default+mrope_section+mrope_interleaved_glm": "not yet",
-    "sglang:default+mrope_section+video_rope": "Bailing's M-RoPE: not yet",
     "sglang:default+use_fope": "fope exists (sin_padding=1 is SGLang's); from_hf_config not yet",
-    "sglang:yarn+mrope_section": "YaRN-scaled M-RoPE: not yet checked against SGLang",
-    "sglang:yarn+mrope_section+video_rope": "Bailing's M-RoPE with YaRN: not yet",
 }
 
 BRANCHES = [(f"{engine}:{b['key']}", b) for engine, e in DATA["engines"].items()
@@ -54,9 +48,10 @@ def test_the_list_of_missing_branches_is_exact() -> None:
 @pytest.mark.parametrize(("key", "branch"), [b for b in BRANCHES if b[1]["peregistry"]],
                          ids=[k for k, b in BRANCHES if b["peregistry"]])
 def test_mapped_branches_build_their_encoder(key: str, branch: dict[str, Any]) -> None:
-    """The branch's config builds the encoder and scaling type the list names."""
+    """The branch's config, read as its engine reads it (``engine=``), builds the encoder and
+    scaling type the list names."""
     config = {**BASE, **branch["sample"]}
-    enc = per.from_hf_config(config)
+    enc = per.from_hf_config(config, engine=key.split(":")[0])
     want = branch["peregistry"]
     assert enc.name == want["encoder"], key
     scaling = enc.options.get("scaling")
