@@ -18,17 +18,7 @@ import peregistry as per
 DATA = json.loads((Path(__file__).parent / "data" / "engine_rope_keys.json").read_text("utf-8"))
 
 #: Branches without a mapped encoder, and why (docs/porting.md, "Serving engines").
-EXPECTED_MISSING = {
-    "vllm:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
-    "vllm:default+use_fope": "fope exists (sin_padding=0 is vLLM's); from_hf_config not yet",
-    "vllm:mllama4": "Llama 4's vision rotary over the patch grid: not yet",
-    "vllm:deepseek_llama_scaling": "not yet",
-    "vllm:deepseek_yarn+is_deepseek_v4": "DeepSeek-V4's scaling rope: not yet",
-    "vllm:grok1:extra_method": "the grok1 scaling exists; the Grok-1 config's top-level keys "
-                               "are not mapped yet",
-    "sglang:dual_chunk_attention_config": "dual-chunk exists; from_hf_config does not read it",
-    "sglang:default+use_fope": "fope exists (sin_padding=1 is SGLang's); from_hf_config not yet",
-}
+EXPECTED_MISSING: dict[str, str] = {}
 
 BRANCHES = [(f"{engine}:{b['key']}", b) for engine, e in DATA["engines"].items()
             for b in e["branches"]]
@@ -51,7 +41,8 @@ def test_mapped_branches_build_their_encoder(key: str, branch: dict[str, Any]) -
     """The branch's config, read as its engine reads it (``engine=``), builds the encoder and
     scaling type the list names."""
     config = {**BASE, **branch["sample"]}
-    enc = per.from_hf_config(config, engine=key.split(":")[0])
+    enc = per.from_hf_config(config, engine=key.split(":")[0],
+                             layer_type=branch.get("layer_type"))
     want = branch["peregistry"]
     assert enc.name == want["encoder"], key
     scaling = enc.options.get("scaling")

@@ -51,7 +51,7 @@ KEPT = {
 SCALING_PARAMETERS = {f"rope/scalings/{m}.py": f"{c}.parameters" for m, c in (
     ("dynamic", "Dynamic"), ("linear", "Linear"), ("llama3", "Llama3"), ("longrope", "LongRope"),
     ("proportional", "Proportional"), ("yarn", "Yarn"), ("ntk", "NTK"), ("grok1", "Grok1"),
-    ("telechat3", "TeleChat3Yarn"))}
+    ("telechat3", "TeleChat3Yarn"), ("deepseek_yarn", "DeepseekYarn"), ("axial", "Axial"))}
 
 #: Tables filled when their module is imported and never written afterwards.
 CONSTANT = {

@@ -213,8 +213,8 @@ def _raises(exc: type[Exception], *patterns: str, **options: Any) -> None:
 
 def test_unknown_scaling_type_lists_the_known_ones() -> None:
     _raises(ValueError, "unknown scaling type 'yarm'", "Did you mean 'yarn'",
-            "default, dynamic, grok1, linear, llama3, longrope, ntk, proportional, telechat3-yarn, "
-            "yarn", scaling={"type": "yarm"})
+            "axial, deepseek-yarn, default, dynamic, grok1, linear, llama3, longrope, ntk, "
+            "proportional, telechat3-yarn, yarn", scaling={"type": "yarm"})
 
 
 def test_scaling_without_type() -> None:

@@ -407,8 +407,8 @@ def test_torch_compile_fullgraph_no_warnings_no_recompile(monkeypatch: pytest.Mo
      "option 'layout' must be one of 'half', 'interleaved', got 'neox'"),
     ({"dim": 64, "theta": 1.0}, ValueError, "option 'theta' must be a finite number > 0"),
     ({"dim": 64, "scaling": {"type": "bogus"}}, ValueError,
-     "unknown scaling type 'bogus'. Known types: default, dynamic, grok1, linear, llama3, longrope, ntk, "
-     "proportional, telechat3-yarn, yarn"),
+     "unknown scaling type 'bogus'. Known types: axial, deepseek-yarn, default, dynamic, grok1, linear, "
+     "llama3, longrope, ntk, proportional, telechat3-yarn, yarn"),
     ({"dim": 64, "scaling": {"type": "linear"}}, ValueError,
      "scaling 'linear' is missing required parameter 'factor'"),
     ({"dim": 64, "scaling": {"type": "linear", "factor": 2.0, "beta": 1}}, ValueError,

@@ -19,8 +19,9 @@ from ._conventions import (
     register_model_conventions,
     unregister_model_conventions,
 )
+from ._engines import engine_branch, vllm_deepseek_v4
 from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
-from ._rope import rotary_options, temperature
+from ._rope import head_dim, rotary_options, temperature
 from ._values import ConfigError, integer, number
 
 if TYPE_CHECKING:
@@ -163,7 +164,10 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
     rope types and missing keys raise :class:`ConfigError` (a ``ValueError``) naming them.
     ``engine`` is whose reading of the config to reproduce where vLLM's or SGLang's
     ``get_rope`` differs from transformers' (docs/porting.md, "Serving engines"): keys only an
-    engine reads are read as that engine reads them whatever ``engine`` says.
+    engine reads are read as that engine reads them whatever ``engine`` says (``use_fope``:
+    FoPE's ``sin`` padding 0, vLLM's and the newest, unless ``engine="sglang"``: 1); with
+    ``"vllm"`` DeepSeek-V4's layers (``layer_type="main"`` or ``"compress"``) are YaRN-scaled
+    as vLLM's ``DeepseekV4ScalingRotaryEmbedding`` scales them.
     """
     from ..rope.scalings import registered_scalings
 
@@ -174,6 +178,9 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
     text = _text_config(raw)
     model_type = str(text.get("model_type") or raw.get("model_type") or "unknown")
     where = f"from_hf_config (model type {model_type!r})"
+    if engine == "vllm" and model_type == "deepseek_v4":  # YaRN on every layer, by label
+        return _build(where, "rotary", vllm_deepseek_v4(
+            text, layer_type, head_dim(text, model_type, where), where))
     reason = conventions_of(model_type).get("unsupported")
     if reason:
         raise ConfigError(f"{where}: not supported: {reason} (see "
@@ -201,6 +208,8 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
     name, options = rotary_options(rope, text, model_type, where=where,
                                    default_theta=default_theta,
                                    registered=registered_scalings(), engine=engine)
+    name, options = engine_branch(text, rope, model_type, name, options, engine=engine,
+                                  where=where)  # branches only the engines have
     return _build(where, name, options)
 
 
