@@ -226,6 +226,25 @@ def test_from_hf_config_vllm_deepseek_v4(layer: str, theta: float) -> None:
         per.from_hf_config(V4, engine="vllm")
 
 
+def test_from_hf_config_splits_a_flat_deepseek_v4_config_as_transformers() -> None:
+    """A ``config.json``'s flat ``rope_scaling`` read as ``DeepseekV4Config`` reads it
+    (transformers 5.23 ``configuration_deepseek_v4.py``): the main layers plain RoPE at
+    ``rope_theta``, the compressed ones YaRN at ``compress_rope_theta`` with attention factor 1
+    (not YaRN's derived 1.277), ``partial_rotary_factor = qk_rope_head_dim / head_dim``: the
+    options of the nested settings the config class writes."""
+    nested = {**V4, "rope_scaling": None, "rope_parameters": {
+        "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1 / 3},
+        "compress": {**V4["rope_scaling"], "type": None, "rope_type": "yarn",
+                     "rope_theta": 160000.0, "partial_rotary_factor": 1 / 3,
+                     "attention_factor": 1.0}}}
+    for layer in ("main", "compress"):
+        flat = per.from_hf_config(V4, layer_type=layer)
+        assert flat.options == per.from_hf_config(nested, layer_type=layer).options
+    assert per.from_hf_config(V4, layer_type="compress").options["rotary_dim"] == 32
+    with pytest.raises(ConfigError, match="'main'.*'compress'"):
+        per.from_hf_config(V4)
+
+
 # -- Llama 4's vision rotary (mllama4) ------------------------------------------------------------
 VISION = {"model_type": "llama4_vision_model", "hidden_size": 128, "num_attention_heads": 4,
           "rope_theta": 10000.0, "image_size": 48, "patch_size": 8}

@@ -173,8 +173,9 @@ def test_variant_families_from_config_dicts() -> None:
     assert opts(gemma4, layer_type=1) == full and opts(gemma4, layer_type=0)["dim"] == 16
     v4 = {"model_type": "deepseek_v4", "head_dim": 48, "qk_rope_head_dim": 16,
           "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1 / 3}}
-    assert opts(v4) == {**opts(v4), "dim": 48, "rotary_dim": 16, "rotary_features": "last",
-                        "layout": "interleaved"}
+    main = opts(v4, layer_type="main")  # labels as DeepseekV4Config splits a flat config
+    assert main == {**main, "dim": 48, "rotary_dim": 16, "rotary_features": "last",
+                    "layout": "interleaved"}
     assert opts({"model_type": "nanochat", "head_dim": 16})["direction"] == "negative"
     mistral4 = {"model_type": "mistral4", "head_dim": 32, "qk_rope_head_dim": 16,
                 "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}

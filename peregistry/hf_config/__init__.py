@@ -19,7 +19,8 @@ from ._conventions import (
     register_model_conventions,
     unregister_model_conventions,
 )
-from ._engines import engine_branch, vllm_deepseek_v4
+from ._deepseek_v4 import transformers_labels, vllm_deepseek_v4
+from ._engines import engine_branch
 from ._layers import NoPositionalEncodingError, layer_overrides, layer_rope
 from ._rope import head_dim, rotary_options, temperature
 from ._values import ConfigError, integer, number
@@ -190,6 +191,8 @@ def from_hf_config(config: Any, *, layer_type: str | int | None = None,
         return _build(where, "t5", _t5(text, layer_type, where))
     if encoding == "alibi":
         return _build(where, "alibi", _alibi(text, where))
+    if model_type == "deepseek_v4":  # a config.json's flat rope, split as its config class does
+        text = transformers_labels(text)
     interval = conventions_of(model_type).get("no_rope_layer_interval")
     if interval is not None and text.get("no_rope_layer_interval") is None:
         text = {**text, "no_rope_layer_interval": interval}  # the class default

@@ -1,9 +1,9 @@
 """The serving engines' readings of a config where transformers has none (issue 46): vLLM's and
 SGLang's FoPE (``use_fope``) and dual chunk attention (``dual_chunk_attention_config``), Grok-1's
 top-level scaling keys, DeepSeek's ``apply_yarn_scaling`` (vLLM's ``deepseek_llama_scaling``),
-Llama 4's vision rotary (``mllama4``) and vLLM's DeepSeek-V4 layers, each read as the engine's
-dispatcher reads it; ``engine`` picks the engine where they differ (docs/porting.md, "Serving
-engines")."""
+Llama 4's vision rotary (``mllama4``), each read as the engine's dispatcher reads it;
+``engine`` picks the engine where they differ (docs/porting.md, "Serving engines"). DeepSeek-V4's
+layers are in :mod:`._deepseek_v4`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ._values import ConfigError, flag, integer, mapping, number
 
-__all__ = ["engine_branch", "vllm_deepseek_v4"]
+__all__ = ["engine_branch"]
 
 #: Model types vLLM serves with ``models/deepseek_v2.py``, which renames a scaled rope type
 #: ``deepseek_yarn`` or, with ``apply_yarn_scaling`` false, ``deepseek_llama_scaling``.
@@ -160,38 +160,3 @@ def _deepseek(rope: Mapping[str, Any], scaling: Mapping[str, Any], *,
         if rope.get(key) is not None:
             out[key] = rope[key]
     return out
-
-
-def vllm_deepseek_v4(text: Mapping[str, Any], layer_type: Any, head: int,
-                     where: str) -> dict[str, Any]:
-    """vLLM's DeepSeek-V4 layers (``models/deepseek_v4``: ``rope_theta`` or, on compressed
-    layers, ``compress_rope_theta``; every scaled layer ``deepseek_yarn`` with
-    ``is_deepseek_v4``, ``mscale = mscale_all_dim = 0``, ``rope_dim = qk_rope_head_dim``,
-    ``is_neox_style=False``): ``DeepseekV4ScalingRotaryEmbedding``, the last ``rope_dim``
-    features of the head, on the main layers too (transformers leaves those unscaled)."""
-    if layer_type not in ("main", "compress"):
-        raise ConfigError(f"{where}: with engine='vllm' DeepSeek-V4's layers differ by their "
-                          f"compress ratio: pass layer_type='main' or 'compress', got "
-                          f"{layer_type!r}")
-    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-    rope = mapping(rope, "rope_parameters", where)
-    if isinstance(rope.get(layer_type), Mapping):  # newer checkpoints: one dict per label
-        rope = rope[layer_type]
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind not in ("yarn", "deepseek_yarn"):
-        raise ConfigError(f"{where}: vLLM's DeepSeek-V4 branch is YaRN-scaled; the config's "
-                          f"rope type is {kind!r}")
-    theta_key = "compress_rope_theta" if layer_type == "compress" else "rope_theta"
-    if text.get(theta_key) is None:
-        raise ConfigError(f"{where}: DeepSeek-V4's {layer_type} layers need {theta_key!r}")
-    rd = text.get("qk_rope_head_dim")
-    rotary_dim = (integer(rd, "qk_rope_head_dim", where) if rd is not None
-                  else int(head * number(text.get("partial_rotary_factor", 64 / 512),
-                                         "partial_rotary_factor", where)))
-    scaling = {"type": "deepseek-yarn", "mscale": 0.0, "mscale_all_dim": 0.0,
-               **{k: rope[k] for k in ("factor", "original_max_position_embeddings",
-                                       "beta_fast", "beta_slow", "attn_factor",
-                                       "extrapolation_factor") if rope.get(k) is not None}}
-    return {"dim": head, "theta": number(text[theta_key], theta_key, where),
-            "rotary_dim": None if rotary_dim == head else rotary_dim, "layout": "interleaved",
-            "rotary_features": "last", "scaling": scaling}
