@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_engine_fope import engine as fope_engine
 from test_engine_scalings import grok1_inv_freq, yarn_correction_range, yarn_ramp
 
 import peregistry as per
@@ -310,7 +311,17 @@ def test_from_hf_config_maps_use_fope(rope: dict[str, Any], engine: str,
     assert enc.name == "fope"
     got = {k: enc.options[k] for k in want}
     assert got == want
-    assert (enc.options["dim"], enc.options["max_position_embeddings"]) == (64, 4096)
+    o = enc.options
+    assert (o["dim"], o["max_position_embeddings"]) == (64, 4096)
+    # and the engine's forward, its own padding, on the mapped encoder (float64 NumPy; every
+    # backend and dtype in test_engine_fope.py)
+    rng = np.random.default_rng(6)
+    params = {k: np.eye(v[-1]) + 0.3 * rng.standard_normal(v) for k, v in enc.param_shapes().items()}
+    x, pos = rng.standard_normal((4, 7, 64)), rng.integers(0, 3 * 4096, size=7)
+    oracle = fope_engine(x, pos, params, dim=64, theta=10000.0, max_pos=4096,
+                         num_inv_freq=o["num_inv_freq"], sep_head=o["sep_head"],
+                         sin_pad=float(o["sin_padding"]))
+    np.testing.assert_allclose(enc.rotate(x, pos, params=params), oracle, rtol=0, atol=1e-9)
 
 
 def test_from_hf_config_maps_dual_chunk() -> None:
