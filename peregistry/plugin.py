@@ -102,8 +102,7 @@ from ._options import Option
 from .backends._base import Backend, Ctx
 from .encoders.learned_params import LearnedParams, init_params
 from .encoders.pairs import clip_distance, compute_dtype, distance, gather, index_dtype
-from .kinds.base import AbsoluteEncoder, Encoder
-from .kinds.pairs import BiasEncoder, RelativeEmbedding
+from .kinds.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
 from .rope import Frequencies, MultiAxisRotary, RotaryEncoder, RotaryTables, ScaledRotary, angles, cos_sin
 
 __all__ = [

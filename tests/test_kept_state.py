@@ -42,8 +42,8 @@ KEPT = {
     ("kinds/_services.py", "global _default"): "_default",
     ("hf_config/_conventions.py", "_TABLE"): "_TABLE",
     # class attributes derived when a class is made (one row of the table)
-    ("kinds/base.py", "Encoder._option_specs"): "_option_specs",
-    ("kinds/base.py", "Encoder._defaults"): "_defaults",
+    ("kinds/_declaration.py", "Declared._option_specs"): "_option_specs",
+    ("kinds/_declaration.py", "Declared._defaults"): "_defaults",
     ("rope/scalings/base.py", "RopeScaling.parameters"): "parameters",
 }
 #: The ``parameters`` each built-in scaling type declares in its class body (named by

@@ -36,12 +36,21 @@ class Ctx:
         JAX array not committed to a device on the default one: arrays made with it are then
         not committed either).
     :ivar wide: the float dtype to compute in (float64 where the backend offers it).
+    :ivar index: the namespace's default indexing dtype on that device (what
+        :meth:`Backend.index_dtype` answers), given by an adapter that knows it with the rest
+        (NumPy, torch) so that a call asks its adapter once; None otherwise (then ask
+        :meth:`Backend.index_dtype`).
+    :ivar default_float: the namespace's default real floating dtype (what
+        :meth:`Backend.default_float_dtype` answers), given by an adapter for which it never
+        changes (NumPy: float64); None otherwise (torch's follows ``torch.set_default_dtype``).
     """
 
     xp: Any
     backend: Backend
     device: Any
     wide: Any
+    index: Any = None
+    default_float: Any = None
 
     @property
     def has_float64(self) -> bool:

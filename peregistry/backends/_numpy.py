@@ -20,7 +20,9 @@ class NumpyBackend(Backend):
             import array_api_compat.numpy as xp
             import numpy as np
 
-            ctx = self.__dict__["_ctx"] = Ctx(xp=xp, backend=self, device="cpu", wide=np.float64)
+            ctx = self.__dict__["_ctx"] = Ctx(xp=xp, backend=self, device="cpu", wide=np.float64,
+                                              index=np.dtype(np.int64),
+                                              default_float=np.dtype(np.float64))
         return ctx
 
     def owns(self, x: Any) -> bool:

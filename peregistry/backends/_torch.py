@@ -97,7 +97,7 @@ class TorchBackend(Backend):
         if kept is not None and device == kept.device:
             return kept
         ctx = Ctx(xp=self.namespace(), backend=self, device=device,
-                  wide=self.wide_float_dtype(device))
+                  wide=self.wide_float_dtype(device), index=sys.modules["torch"].int64)
         if kept is None and device.type == "cpu" and not sys.modules["torch"].compiler.is_compiling():
             self.__dict__["_cpu_ctx"] = ctx
         return ctx

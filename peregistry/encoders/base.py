@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..backends._base import Ctx
 from ..kinds._declaration import KINDS
-from ..kinds.base import AbsoluteEncoder, Encoder
+from ..kinds.base import AbsoluteEncoder, BiasEncoder, Encoder, RelativeEmbedding
 from ..kinds.context import (
     check_positions,
     devices_differ,
@@ -15,7 +15,6 @@ from ..kinds.context import (
     params_dtype,
     resolve_dtype,
 )
-from ..kinds.pairs import BiasEncoder, RelativeEmbedding
 
 __all__ = ["KINDS", "AbsoluteEncoder", "BiasEncoder", "Ctx", "Encoder", "RelativeEmbedding",
            "check_positions", "devices_differ", "hook_arguments", "make_context", "params_dtype",

@@ -21,8 +21,7 @@ from typing import Any
 from .._markers import hookimpl
 from .._options import MAX_DIM, Option
 from ..backends._base import Ctx
-from ..kinds.base import Encoder
-from ..kinds.pairs import BiasEncoder
+from ..kinds.base import BiasEncoder, Encoder
 from .learned_params import LearnedParams
 from .pairs import compute_dtype, distance
 

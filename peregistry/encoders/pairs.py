@@ -10,7 +10,7 @@ namespace, backend, device) from the public method and never looks the namespace
 * :func:`compute_dtype` — float32 or wider: the dtype to do arithmetic in for a given output;
 * :func:`pair_batch_shape`, :func:`check_param_arrays` — the broadcast of ``(..., Q)`` and
   ``(..., K)``, and params that are arrays (the checks of the kinds' common front,
-  :meth:`peregistry.kinds.pairs.PairEncoder._pair_inputs`, defined there).
+  :meth:`peregistry.kinds.base.PairEncoder._pair_inputs`, defined there).
 
 Plugin authors import them from :mod:`peregistry.plugin`.
 """
@@ -31,14 +31,16 @@ __all__ = ["check_param_arrays", "clip_distance", "compute_dtype", "distance", "
 
 def index_dtype(ctx: Ctx) -> Any:
     """The namespace's default indexing dtype (int64; int32 on JAX without x64), as the
-    backend adapter answers it."""
-    return ctx.backend.index_dtype(ctx.device)
+    backend adapter answers it (``ctx.index`` when the adapter gave it with the context)."""
+    return ctx.index if ctx.index is not None else ctx.backend.index_dtype(ctx.device)
 
 
 def distance(q: Any, k: Any, *, ctx: Ctx) -> Any:
     """``k - q`` of shape ``(*batch, Q, K)``: ``d[..., i, j] = k[..., j] - q[..., i]``, in the
     indexing dtype (widened first: narrow positions cannot wrap around)."""
-    idt, xp = ctx.backend.index_dtype(ctx.device), ctx.xp
+    idt, xp = ctx.index, ctx.xp
+    if idt is None:  # (an adapter that did not give it with the context)
+        idt = ctx.backend.index_dtype(ctx.device)
     qi = q if q.dtype == idt else xp.astype(q, idt)
     ki = k if k.dtype == idt else xp.astype(k, idt)
     return ki[..., None, :] - qi[..., :, None]  # indexing adds the axes (cheaper than expand_dims)

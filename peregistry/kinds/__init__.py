@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from ..backends._base import Ctx
 from ._declaration import KINDS
-from .base import AbsoluteEncoder, Encoder
-from .pairs import BiasEncoder, PairEncoder, RelativeEmbedding
+from .base import AbsoluteEncoder, BiasEncoder, Encoder, PairEncoder, RelativeEmbedding
 from .rotary import RotaryKind
 
 __all__ = ["KINDS", "AbsoluteEncoder", "BiasEncoder", "Ctx", "Encoder", "PairEncoder",

@@ -1,18 +1,15 @@
 """The learned parameters an encoder declares: their names and shapes (:meth:`param_shapes`) and
 their initial values (:meth:`init`, drawn with NumPy's PCG64 so that one seed gives the same
 numbers on every backend). :class:`~peregistry.Encoder` inherits these; a call's params are
-checked by the encoder's public methods (:meth:`Params._check_params`)."""
+checked by the kinds' front (``Encoder._check_params``, :mod:`.base`) against the shapes kept
+when the encoder is made."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from ..backends._base import Backend
 from .context import resolve_dtype
-
-if TYPE_CHECKING:
-    from .context import Ctx
 
 __all__ = ["Params", "check_param_arrays"]
 
@@ -74,44 +71,6 @@ class Params:
         }
 
 
-    def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
-        """The params of a call, checked: a dict with the keys and shapes of
-        :meth:`param_shapes` whose values are arrays of the inputs' backend (of a real floating
-        dtype, for :class:`LearnedParams`); ``{}`` for an encoder without learned params."""
-        if params is None and type(self).param_shapes is Params.param_shapes:
-            return {}  # (no learned params: nothing to check)
-        shapes = self.param_shapes()
-        if not shapes:
-            if params is not None:
-                raise TypeError(f"{self.name} has no learned parameters; got params={params!r}")
-            return {}
-        if params is None:
-            raise TypeError(f"{self.name} needs params (from enc.init(xp)); got None")
-        if not isinstance(params, Mapping):
-            raise TypeError(f"{self.name}: params must be a dict of arrays, got "
-                            f"{type(params).__name__}")
-        check_param_arrays(self.name, params)  # (each an array, before its shape is read)
-        if params.keys() != shapes.keys():
-            raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
-                             f"{sorted(params)}")
-        for key, shape in shapes.items():
-            v = params[key]
-            got = tuple(v.shape)
-            if got != shape:
-                raise ValueError(f"{self.name}: params[{key!r}].shape={got}, but should be {shape}")
-            b = self._services.backend_of(v)
-            if b is not ctx.backend:
-                raise TypeError(
-                    f"{self.name}: params[{key!r}] is a "
-                    f"{b.name if b is not None else type(v).__qualname__} array but the "
-                    f"positions are {ctx.backend.name}; pass positions and params of one "
-                    f"framework (peregistry.convert(params, xp) moves params)")
-            if self._params_real_floating and not ctx.backend.is_float_dtype(v.dtype):
-                raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
-                                f"dtype, got {v.dtype}")
-        if type(ctx.backend).prepare_params is Backend.prepare_params:
-            return params  # (the base adapter's is the identity)
-        return ctx.backend.prepare_params(params)
 
 
 def _mean(mean: float) -> dict[str, float]:

@@ -1,35 +1,45 @@
-"""The base of every encoder: options declared once, with validation, immutability, hashing and
-repr for free, and the kind ``absolute`` (``encode``); the pair kinds ``bias`` and
-``relative-embedding`` are in :mod:`.pairs`, ``rotary``'s declaration in :mod:`.rotary` and its
-methods in the engine (:mod:`peregistry.rope.encoder`). A public method
-asks the backend adapter of its inputs for the :class:`Ctx` (namespace, device, wide dtype),
-validates positions, params and the dtype asked for, hands the :class:`Ctx` to the subclass's
-private hook (``_encode``, ...), which computes in ``ctx.wide`` with Array API calls only, and
-casts the result to the requested dtype once. Inputs that mix Python values with arrays, and
-every error message, take the slower path of :mod:`.context`.
+"""The kinds' public methods and their one front: :class:`Encoder` (the base of every encoder,
+its options and identity declared by :class:`~._declaration.Declared`), the kind ``absolute``
+(:class:`AbsoluteEncoder`, ``encode``) and the pair kinds ``bias`` (:class:`BiasEncoder`,
+``(..., num_heads, Q, K)``) and ``relative-embedding`` (:class:`RelativeEmbedding`,
+``(..., Q, K, dim)``); ``rotary``'s declaration is :mod:`.rotary`, its methods the engine's
+(:mod:`peregistry.rope.encoder`).
+
+A public method makes one record of its call in this file: it asks the backend adapter of its
+inputs once for the :class:`Ctx` (namespace, device, wide dtype, indexing dtype), validates
+positions, params and the dtype asked for without asking the adapter again (float32 and
+float64 are known floating; the adapter of the result is the registry's by-type map), hands the
+:class:`Ctx` to the family's private hook (``_encode``, ``_bias``, ``_embed``), which computes in
+``ctx.wide`` with Array API calls only, and casts the result to the requested dtype once. Inputs
+that mix Python values with arrays, and every error message, take the slower path of
+:mod:`.context`.
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .._namespaces import JAX_NAMES
-from .._options import Option, freeze, thaw
-from ._declaration import KINDS, check_defaults, guard_overrides
+from ..backends._base import Backend
+from ._declaration import KINDS, Declared
 from ._examples import Examples
-from ._params import Params
-from ._services import _current as _building
-from ._services import current_services, use_services
-from .context import Ctx, check_positions, devices_differ, hook_arguments, make_context, params_dtype, resolve_dtype
+from ._params import Params, check_param_arrays
+from .context import (
+    Ctx,
+    check_positions,
+    devices_differ,
+    hook_arguments,
+    make_context,
+    pair_batch_shape,
+    params_dtype,
+    resolve_dtype,
+)
 
-if TYPE_CHECKING:
-    from ._services import Services
-
-__all__ = ["KINDS", "AbsoluteEncoder", "Ctx", "Encoder"]
+__all__ = ["KINDS", "AbsoluteEncoder", "BiasEncoder", "Ctx", "Encoder", "PairEncoder",
+           "RelativeEmbedding"]
 
 _NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
 #: dtype -> (integral, real floating): facts of the dtype, asked of every positions array
@@ -37,11 +47,7 @@ _NO_DTYPE: Any = object()  # Encoder._run: the hook takes no dtype (``_encode``)
 _DTYPE_KINDS: dict[tuple[Any, type, Any], tuple[bool, bool]] = {}
 
 
-def _construct(cls: type[Encoder], options: dict[str, Any]) -> Encoder:
-    return cls(**options)
-
-
-class Encoder(Examples, Params):
+class Encoder(Examples, Params, Declared):
     """Base of all encoders. Subclass one of the four kind classes, not this one.
 
     Class attributes a subclass sets:
@@ -69,140 +75,14 @@ class Encoder(Examples, Params):
     default registry's.
     """
 
-    name: ClassVar[str] = ""
-    kind: ClassVar[str] = ""
-    family: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
     properties: ClassVar[frozenset[str]] = frozenset()
     exempt_checks: ClassVar[Mapping[str, str]] = MappingProxyType({})
     continuous: ClassVar[bool] = False
     float64_reference: ClassVar[Callable[..., Any] | None] = None
-    _option_specs: ClassVar[dict[str, Option]] = {}
-
-    __slots__ = ("_cache", "_hash", "_key", "_services", "_values")
-    _values: dict[str, Any]
-    _key: tuple[tuple[str, Any], ...]
-    _hash: int
-    _services: Services
-    #: Host constants derived from the options alone (frequencies, lookup tables), made at
-    #: construction or on first use: never arrays, never anything of a call's inputs.
-    _cache: dict[Hashable, Any]
     #: Params must have a real floating dtype (set by :class:`LearnedParams`).
     _params_real_floating: ClassVar[bool] = False
-    _defaults: ClassVar[dict[str, Any]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        specs: dict[str, Option] = {}
-        for klass in reversed(cls.__mro__):
-            for attr, value in vars(klass).items():
-                if isinstance(value, Option):
-                    specs.pop(attr, None)
-                    specs[attr] = value
-        cls._option_specs = specs
-        check_defaults(cls)  # a bad default would make every instance invalid: refuse it
-        cls._defaults = {k: freeze(s.default) for k, s in specs.items() if not s.required}
-        guard_overrides(cls)  # a plugin's public-method override keeps the output guarantees
-        if cls.name and not cls.family:
-            cls.family = cls.name
-        if cls.name and not cls.summary:
-            cls.summary = (inspect.getdoc(cls) or "").strip().partition("\n")[0]
-
-    def __init__(self, **options: Any) -> None:
-        owner = self.name or type(self).__name__
-        values: dict[str, Any] = {}
-        defaults, given = self._defaults, 0
-        for key, spec in self._option_specs.items():
-            if key in options:
-                values[key] = spec.convert(owner, options[key])
-                given += 1
-            elif key in defaults:
-                values[key] = defaults[key]
-        if given < len(options) or len(values) < len(self._option_specs):
-            raise self._bad_options(owner, options)
-        object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_cache", {})
-        services = _building.get()  # the registry building it, if one is
-        if services is None:
-            services = current_services()
-            object.__setattr__(self, "_services", services)
-            with use_services(services):  # lookups while validating (scaling types) ask it
-                self._validate()
-        else:
-            object.__setattr__(self, "_services", services)
-            self._validate()
-        identity = tuple(values.items())
-        object.__setattr__(self, "_key", identity)
-        object.__setattr__(self, "_hash", hash((self.name, identity)))
-
-    def _bad_options(self, owner: str, options: Mapping[str, Any]) -> TypeError:
-        """The error for unknown or missing options."""
-        specs = self._option_specs
-        unknown = [k for k in options if k not in specs]
-        if unknown:
-            return TypeError(f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} "
-                             f"{', '.join(repr(k) for k in unknown)}; valid options: "
-                             f"{', '.join(specs) or 'none'}")
-        missing = [k for k, s in specs.items() if s.required and k not in options]
-        described = ", ".join(f"{k!r} ({specs[k].allowed})" for k in missing)
-        return TypeError(f"{owner}: missing required option{'s' if len(missing) > 1 else ''} "
-                         f"{described}")
-
-    # -- validation ----------------------------------------------------------------------------
-    def _validate(self) -> None:
-        """Cross-option checks; override and call :meth:`_invalid` for a bad combination."""
-
-    def _invalid(self, option: str, value: Any, allowed: str) -> ValueError:
-        """The standard error for a bad option value: names encoder, option, value, allowed."""
-        return ValueError(f"{self.name}: option {option!r} must be {allowed}, got {value!r}")
-
-    # -- identity ------------------------------------------------------------------------------
-    @property
-    def options(self) -> dict[str, Any]:
-        """Every option, defaults included, as a fresh dict (changing it changes nothing)."""
-        return {k: thaw(v) for k, v in self._values.items()}
-
-    def replace(self, **changes: Any) -> Encoder:
-        """A new encoder of the same class with some options changed (validated again), served
-        by the same registry."""
-        with use_services(self._services):
-            return type(self)(**{**self.options, **changes})
-
-    @property
-    def services(self) -> Services:
-        """The registry that built this encoder, as the lookups an encoder may use
-        (``backend_of``, ``backend_of_namespace``, ``backend``, ``backends``, ``scalings``,
-        ``get_encoder``): not part of the encoder's identity, and not pickled."""
-        return self._services
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(
-            f"{self.name} encoders are immutable; use enc.replace({name}=...) for a new one"
-        )
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{self.name} encoders are immutable")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Encoder):
-            return NotImplemented
-        return self.name == other.name and self._key == other._key
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
-        return f"get_encoder({self.name!r}{opts})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_construct, (type(self), self.options))
-
-    def __copy__(self) -> Encoder:
-        return self.replace()  # a new equal encoder, served by the same registry
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Encoder:
-        return self.replace()
+    __slots__ = ()
 
     # -- shared helpers for the public methods -------------------------------------------------
     def _context(self, *arrays: Any, names: tuple[str, ...] | Callable[[], tuple[str, ...]] | None
@@ -279,11 +159,53 @@ class Encoder(Examples, Params):
                 raise
             raise err from exc
 
+    def _check_params(self, params: Mapping[str, Any] | None, ctx: Ctx) -> Mapping[str, Any]:
+        """The params of a call, checked: a dict with the keys and shapes of
+        :meth:`param_shapes` whose values are arrays of the inputs' backend (of a real floating
+        dtype, for :class:`LearnedParams`); ``{}`` for an encoder without learned params."""
+        shapes = self._cache.get("param_shapes")  # (kept at construction: a fact of the options)
+        if not shapes:
+            if params is not None:
+                raise TypeError(f"{self.name} has no learned parameters; got params={params!r}")
+            return {}
+        if params is None:
+            raise TypeError(f"{self.name} needs params (from enc.init(xp)); got None")
+        if not isinstance(params, Mapping):
+            raise TypeError(f"{self.name}: params must be a dict of arrays, got "
+                            f"{type(params).__name__}")
+        for v in params.values():  # each an array, before its shape is read
+            if not hasattr(v, "shape") or not hasattr(v, "dtype"):
+                check_param_arrays(self.name, params)
+        if params.keys() != shapes.keys():
+            raise ValueError(f"{self.name}: params must have keys {sorted(shapes)}, got "
+                             f"{sorted(params)}")
+        backend, xp = ctx.backend, ctx.xp
+        by_type = self._services.backend_by_type
+        for key, shape in shapes.items():
+            v = params[key]
+            got = tuple(v.shape)
+            if got != shape:
+                raise ValueError(f"{self.name}: params[{key!r}].shape={got}, but should be {shape}")
+            b = by_type.get(type(v)) or self._services.backend_of(v)
+            if b is not backend:
+                raise TypeError(
+                    f"{self.name}: params[{key!r}] is a "
+                    f"{b.name if b is not None else type(v).__qualname__} array but the "
+                    f"positions are {backend.name}; pass positions and params of one "
+                    f"framework (peregistry.convert(params, xp) moves params)")
+            if (self._params_real_floating and v.dtype not in (xp.float32, xp.float64)
+                    and not backend.is_float_dtype(v.dtype)):
+                raise TypeError(f"{self.name}: params[{key!r}] must have a real floating "
+                                f"dtype, got {v.dtype}")
+        if type(backend).prepare_params is Backend.prepare_params:
+            return params  # (the base adapter's is the identity)
+        return backend.prepare_params(params)
+
     def _finish(self, out: Any, dtype: Any, ctx: Ctx, *, hook: str) -> Any:
         """The result of private hook ``hook`` cast once to ``dtype``, after checking that it is
         an array of the inputs' backend (a plugin computing with another framework would
         otherwise compare dtypes across namespaces, or hand the caller foreign arrays)."""
-        backend = self._services.backend_of(out)
+        backend = self._services.backend_by_type.get(type(out)) or self._services.backend_of(out)
         if backend is not ctx.backend:
             got = (f"{backend.name} array" if backend is not None
                    else f"{type(out).__module__}.{type(out).__qualname__}")
@@ -298,10 +220,14 @@ class Encoder(Examples, Params):
         """The dtype of the result: ``dtype`` if given; else the params' dtype for an encoder
         with learned params (as ``torch.nn.functional.embedding`` returns its weight's dtype:
         float64 params give float64, bfloat16 params bfloat16), else the namespace's default
-        real floating dtype. ``params`` are the validated ones (empty without learned params)."""
-        backend = ctx.backend
+        real floating dtype. ``params`` are the validated ones (empty without learned params).
+        float32 and float64 are floating on every backend: asked of the adapter only for
+        other dtypes."""
+        backend, xp = ctx.backend, ctx.xp
         if dtype is None:
             if not params:
+                if ctx.default_float is not None:  # (an adapter's that never changes)
+                    return ctx.default_float
                 return backend.default_float_dtype(ctx.device)
             first = None
             for v in params.values():
@@ -309,9 +235,11 @@ class Encoder(Examples, Params):
                     first = v.dtype
                 elif v.dtype != first:  # several dtypes: promoted
                     return params_dtype(params, ctx)
-            return first if backend.is_float_dtype(first) else backend.default_float_dtype(
-                ctx.device)
-        if not isinstance(dtype, str) and backend.is_float_dtype(dtype):
+            if first in (xp.float32, xp.float64) or backend.is_float_dtype(first):
+                return first
+            return backend.default_float_dtype(ctx.device)
+        if not isinstance(dtype, str) and (dtype in (xp.float32, xp.float64)
+                                           or backend.is_float_dtype(dtype)):
             return dtype
         return resolve_dtype(self.name, backend, dtype, ctx.device)
 
@@ -354,3 +282,120 @@ class AbsoluteEncoder(Encoder):
     def _encode(self, positions: Any, *, params: Mapping[str, Any], ctx: Ctx) -> Any:
         """Compute the encoding (any float dtype; the caller casts once)."""
         raise NotImplementedError(f"{type(self).__qualname__} must implement _encode")
+
+
+class PairEncoder(Encoder):
+    """What the pair kinds share: the front of ``bias``/``embed``. Subclass
+    :class:`BiasEncoder` or :class:`RelativeEmbedding`, not this one."""
+
+    __slots__ = ()
+
+    def _pair_inputs(self, q_positions: Any, k_positions: Any,
+                     params: Any) -> tuple[Ctx, Any, Any, Mapping[str, Any]]:
+        """One namespace for positions *and* params (so a Python list of positions follows
+        torch params), validated positions (whose leading axes broadcast) and validated
+        params."""
+        arrays: tuple[Any, ...] = (q_positions, k_positions)
+        if params is not None and isinstance(params, Mapping):
+            values = tuple(params.values())
+            for v in values:  # each an array (the error names the first that is not)
+                if not hasattr(v, "shape") or not hasattr(v, "dtype"):
+                    check_param_arrays(self.name, params)
+            arrays += values
+        ctx, got = self._context(*arrays, names=lambda: (  # (made only for an error message)
+            "q_positions", "k_positions", *[f"params[{key!r}]" for key in params or ()]))
+        q = self._positions(got[0], ctx, what="q_positions")
+        k = self._positions(got[1], ctx, what="k_positions")
+        if q.ndim != 1 or k.ndim != 1:
+            pair_batch_shape(self.name, q, k)
+        return ctx, q, k, self._check_params(params, ctx)
+
+
+class BiasEncoder(PairEncoder):
+    """Additive attention bias from query and key positions: ``(..., num_heads, Q, K)``.
+
+    ``bias(q, k)[..., h, i, j]`` is added to the attention logit of query ``i`` (at position
+    ``q[..., i]``) and key ``j`` (at ``k[..., j]``) in head ``h``. A subclass declares a
+    ``num_heads`` option and implements :meth:`_bias`; the public method here finds the
+    namespace (of positions and params), validates positions and params, broadcasts the leading
+    axes of ``(..., Q)`` and ``(..., K)``, and casts once to the requested dtype.
+    """
+
+    kind = "bias"
+    __slots__ = ()
+
+    @property
+    def heads(self) -> int:
+        """Number of attention heads of the output (``options["num_heads"]``)."""
+        return int(self._values["num_heads"])
+
+    def bias(self, q_positions: Any, k_positions: Any, *,
+             params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
+        """The additive bias ``(*batch, num_heads, Q, K)`` where ``batch`` is the broadcast of
+        ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device.
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("alibi", num_heads=4)
+        >>> b = enc.bias(np.arange(3), np.arange(3))
+        >>> b.shape
+        (4, 3, 3)
+        >>> print(np.round(b[1], 4))  # head 1: -m_1·|i - j|, m_1 = 2**-4
+        [[ 0.     -0.0625 -0.125 ]
+         [-0.0625  0.     -0.0625]
+         [-0.125  -0.0625  0.    ]]
+        """
+        ctx, q, k, prepared = self._pair_inputs(q_positions, k_positions, params)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
+        out = self._run("_bias", ctx, q, k, params=prepared, dtype=out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_bias")
+
+    def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
+        """Compute the bias for validated positions ``q`` ``(..., Q)`` and ``k`` ``(..., K)``
+        (any float dtype of at least the precision of ``dtype``; the caller casts once)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _bias")
+
+
+class RelativeEmbedding(PairEncoder):
+    """Embeddings of relative positions: ``(..., Q, K, dim)``.
+
+    ``embed(q, k)[..., i, j, :]`` is the vector of the pair (query ``i``, key ``j``), used inside
+    attention (Shaw et al. 2018 add it to keys/values; Transformer-XL projects it). A subclass
+    declares a ``dim`` option and implements :meth:`_embed`; validation, broadcasting of the
+    leading axes and the final cast live here, as for :meth:`BiasEncoder.bias`.
+    """
+
+    kind = "relative-embedding"
+    __slots__ = ()
+
+    @property
+    def out_dim(self) -> int:
+        """Length of one pair's vector (``options["dim"]``)."""
+        return int(self._values["dim"])
+
+    def embed(self, q_positions: Any, k_positions: Any, *,
+              params: Mapping[str, Any] | None = None, dtype: Any = None) -> Any:
+        """The embeddings ``(*batch, Q, K, dim)`` where ``batch`` is the broadcast of
+        ``q_positions.shape[:-1]`` and ``k_positions.shape[:-1]``; of ``dtype`` (default: the
+        params' dtype for learned encoders, else the namespace's default float), in the inputs'
+        namespace and on their device.
+
+        >>> import numpy as np
+        >>> import peregistry as per
+        >>> enc = per.get_encoder("transformer-xl", dim=4)
+        >>> r = enc.embed(np.arange(3), np.arange(3))
+        >>> r.shape
+        (3, 3, 4)
+        >>> bool(np.allclose(r[2, 1], r[1, 0]))  # a function of i - j only
+        True
+        """
+        ctx, q, k, prepared = self._pair_inputs(q_positions, k_positions, params)
+        out_dtype = self._output_dtype(dtype, prepared, ctx)
+        out = self._run("_embed", ctx, q, k, params=prepared, dtype=out_dtype)
+        return self._finish(out, out_dtype, ctx, hook="_embed")
+
+    def _embed(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
+        """Compute the embeddings for validated ``q`` ``(..., Q)`` and ``k`` ``(..., K)``."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement _embed")
