@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["load_average", "load_text", "threads"]
+__all__ = ["load_average", "load_text", "threads", "usable_cpus"]
 
 #: Read by OpenMP and the BLAS libraries when they start (torch's and NumPy's pools), and by
 #: rotation kernels at each call (the C kernel's NumPy path reads ``OMP_NUM_THREADS``).
@@ -25,6 +25,14 @@ XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thread
 def load_average() -> float | None:
     """The 1-minute load average, where the system reports one."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system reports one, else the
+    CPU count; at least 1)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 def load_text(start: float | None = None) -> str:

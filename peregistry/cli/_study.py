@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import TextIO
 
+from ..study._settings import QUICK, Settings
 from ._core import Command, UsageError, comma_list, int_at_most
 
 #: The most threads ``--threads`` sets (a typo such as 40000 is an error, not a hang).
@@ -20,20 +21,24 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default every built-in that fits a causal model, the installed "
                              "plugins' and NoPE")
     parser.add_argument("--quick", action="store_true",
-                        help="one seed, length 8, 60 steps: about 45 s of one CPU core (under "
-                             "a minute with a core free; minutes on a busier machine, the "
-                             "progress says how many)")
+                        help=f"one seed, lengths up to {QUICK.train_length}, {QUICK.steps} "
+                             "steps: under a minute on 2 cores with another busy process")
     parser.add_argument("--seeds", type=int_at_most(16), metavar="N",
-                        help="seeds 0..N-1 (default 2; --quick 1)")
+                        help="seeds 0..N-1 (default 3; --quick 1)")
     parser.add_argument("--steps", type=int_at_most(100_000), metavar="N",
-                        help="training steps per model (default 300; --quick 60)")
+                        help=f"training steps per model (default {Settings().steps}; --quick "
+                             f"{QUICK.steps})")
+    parser.add_argument("--tasks", action="append", default=[], metavar="TASK",
+                        help="tasks (repeatable or comma-separated) out of copy, reverse, "
+                             "addition, offset; default copy, reverse, addition")
     parser.add_argument("--randomized", action="store_true",
                         help="train on sorted random positions up to 8L (Ruoss et al. 2023)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--plot", metavar="FILE.png", help="draw accuracy against length")
-    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N", default=1,
-                        help="torch threads (and OMP_NUM_THREADS) while training (default 1: "
-                             "the models are too small to gain from more)")
+    parser.add_argument("--threads", type=int_at_most(MAX_THREADS), metavar="N",
+                        help="models trained side by side, each in a process of its own on one "
+                             "thread (default: one per CPU this process may use; 1: one after "
+                             "another in this process). The numbers do not depend on it")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress on stderr: --progress draws a bar redrawn in place, "
                              "--no-progress none; default: the bar on a terminal, else a line "
@@ -48,12 +53,12 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
 
     if importlib.util.find_spec("torch") is None:
         raise UsageError("peregistry study needs PyTorch: pip install 'peregistry[torch]'")
-    from ..bench._threads import load_text, threads
-    from ..study import QUICK, Settings
+    from .. import study  # read at the call: a test may replace study.QUICK
+    from ..bench._threads import load_text, threads, usable_cpus
     from ..study._run import run as run_study
     from ._bench import progress_stream
 
-    settings = QUICK if args.quick else Settings()
+    settings = study.QUICK if args.quick else study.Settings()
     if args.seeds is not None:
         if args.seeds < 1:
             raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
@@ -64,13 +69,21 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         settings = dataclasses.replace(settings, steps=args.steps)
     if args.randomized:
         settings = dataclasses.replace(settings, randomized=True)
+    if args.tasks:
+        try:
+            settings = dataclasses.replace(settings, tasks=tuple(comma_list(args.tasks)))
+        except ValueError as exc:
+            raise UsageError(f"--tasks: {exc}") from None
     if args.plot:
         _check_plot_path(args.plot)  # before training: a bad path must not cost the results
-    with threads(args.threads, torch=True, jax=False) as said:
-        print(f"study: threads {'; '.join(said)}; {load_text()}", file=sys.stderr, flush=True)
+    side = args.threads if args.threads is not None else usable_cpus()
+    with threads(1, torch=True, jax=False) as said:
+        where = "in processes" if side > 1 else "in this process"
+        print(f"study: threads {'; '.join(said)}; {side} model{'s' * (side > 1)} side by side "
+              f"{where}, one thread each; {load_text()}", file=sys.stderr, flush=True)
         result = run_study(comma_list(args.encoders) or None, settings=settings,
                            progress=progress_stream(args.progress), redraw=args.progress,
-                           threads=None)
+                           threads=side)
     out.write(json.dumps(result.as_dict(), indent=1) + "\n" if args.format == "json"
               else result.table())
     out.flush()

@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-WIDTH, HEADS, LAYERS = 64, 4, 2
+from ._settings import HEADS
+
+#: The model's default sizes (a study's :class:`Settings` choose ``width`` and ``layers``).
+WIDTH, LAYERS = 64, 2
 HEAD_DIM = WIDTH // HEADS
 
 
@@ -33,8 +36,8 @@ def _torch_nn() -> Any:
 class Position(_torch_nn().Module):  # type: ignore[misc]
     """One encoder and its parameters, applied by kind (see the module docstring)."""
 
-    def __init__(self, encoder: Any, seed: int) -> None:
-        """``encoder``: a peregistry encoder, or None for NoPE. A learned encoder's params are
+    def __init__(self, encoder: Any, seed: int, width: int = WIDTH) -> None:
+        """``encoder``: a peregistry encoder, or None for NoPE; ``width``: the model's. A learned encoder's params are
         initialised with ``seed`` (``encoder.init``) and registered as module parameters; a
         relative embedding gets a bias ``v`` ``(heads, head_dim)`` added to the queries of its
         term (Transformer-XL's ``v``, Dai et al. 2019, section 3.3, term (d)) and, for a fixed
@@ -43,15 +46,16 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
 
         super().__init__()
         self.encoder = encoder
+        self.width, self.head_dim = width, width // HEADS
         self.kind = "none" if encoder is None else encoder.kind
         self.params = torch.nn.ParameterDict()
         if encoder is not None and encoder.learned:
             for key, value in encoder.init(torch, seed=seed, dtype=torch.float32).items():
                 self.params[key] = torch.nn.Parameter(value)
         # Transformer-XL's projection of its fixed sinusoid, and its bias v
-        self.project = (torch.nn.Linear(HEAD_DIM, WIDTH, bias=False)
+        self.project = (torch.nn.Linear(self.head_dim, width, bias=False)
                         if self.kind == "relative-embedding" and not self.params else None)
-        self.v = (torch.nn.Parameter(torch.zeros(HEADS, HEAD_DIM))
+        self.v = (torch.nn.Parameter(torch.zeros(HEADS, self.head_dim))
                   if self.kind == "relative-embedding" else None)
 
     def _p(self) -> dict[str, Any] | None:
@@ -92,7 +96,7 @@ class Position(_torch_nn().Module):  # type: ignore[misc]
             qv = q + self.v[:, None]  # type: ignore[index]  # set for this kind
             if self.project is None:  # Shaw: one table for every head
                 return torch.einsum("bhqd,qkd->bhqk", qv, e)
-            r = self.project(e).reshape(*e.shape[:2], HEADS, HEAD_DIM)
+            r = self.project(e).reshape(*e.shape[:2], HEADS, self.head_dim)
             return torch.einsum("bhqd,qkhd->bhqk", qv, r)
         return 0.0
 
@@ -101,17 +105,18 @@ class Block(_torch_nn().Module):  # type: ignore[misc]
     """One pre-norm decoder block: causal multi-head attention whose logits take the
     position's terms, then a GELU MLP, each with a residual."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int = WIDTH) -> None:
         """LayerNorms, the fused ``qkv`` projection, the output projection and the MLP
-        (``WIDTH -> 4·WIDTH -> WIDTH``)."""
+        (``width -> 4·width -> width``)."""
         import torch
 
         super().__init__()
-        self.norm1, self.norm2 = torch.nn.LayerNorm(WIDTH), torch.nn.LayerNorm(WIDTH)
-        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH)
-        self.out = torch.nn.Linear(WIDTH, WIDTH)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(WIDTH, 4 * WIDTH), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * WIDTH, WIDTH))
+        self.width, self.head_dim = width, width // HEADS
+        self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
 
     def forward(self, h: Any, pos: Any, position: Position) -> Any:
         """``h`` ``(batch, T, width)`` through the block: logits ``(q·k + content) / sqrt(d) +
@@ -120,30 +125,32 @@ class Block(_torch_nn().Module):  # type: ignore[misc]
         import torch
 
         b, t, _ = h.shape
-        q, k, v = self.qkv(self.norm1(h)).reshape(b, t, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+        q, k, v = (self.qkv(self.norm1(h)).reshape(b, t, 3, HEADS, self.head_dim)
+                   .permute(2, 0, 3, 1, 4))
         q, k = position.rotate(q, k, pos)
-        scores = (q @ k.transpose(-1, -2) + position.content(q, pos)) / math.sqrt(HEAD_DIM)
+        scores = (q @ k.transpose(-1, -2) + position.content(q, pos)) / math.sqrt(self.head_dim)
         causal = torch.ones(t, t, dtype=torch.bool, device=h.device).tril()
         scores = (scores + position.bias(pos)).masked_fill(~causal, -math.inf)
         att = torch.softmax(scores, dim=-1) @ v
-        h = h + self.out(att.transpose(1, 2).reshape(b, t, WIDTH))
+        h = h + self.out(att.transpose(1, 2).reshape(b, t, self.width))
         return h + self.mlp(self.norm2(h))
 
 
 class TinyDecoder(_torch_nn().Module):  # type: ignore[misc]
-    """Embedding, ``LAYERS`` pre-norm blocks of ``HEADS`` causal heads, an output head."""
+    """Embedding, ``layers`` pre-norm blocks of ``HEADS`` causal heads, an output head."""
 
-    def __init__(self, vocab: int, encoder: Any, seed: int) -> None:
-        """A model over ``vocab`` tokens whose positions come from ``encoder`` (None: NoPE),
-        its learned params initialised with ``seed``."""
+    def __init__(self, vocab: int, encoder: Any, seed: int, *, width: int = WIDTH,
+                 layers: int = LAYERS) -> None:
+        """A model of ``width`` and ``layers`` over ``vocab`` tokens whose positions come from
+        ``encoder`` (None: NoPE), its learned params initialised with ``seed``."""
         import torch
 
         super().__init__()
-        self.embed = torch.nn.Embedding(vocab, WIDTH)
-        self.position = Position(encoder, seed)
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.head = torch.nn.Linear(WIDTH, vocab)
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.position = Position(encoder, seed, width)
+        self.blocks = torch.nn.ModuleList(Block(width) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab)
 
     def forward(self, ids: Any, pos: Any) -> Any:
         """Logits ``(batch, T, vocab)`` of token ``ids`` ``(batch, T)`` at positions ``pos``

@@ -1,12 +1,13 @@
 """The extrapolation study's picture: accuracy against evaluated length, one panel per task,
-one line per encoder (matplotlib, imported here only)."""
+one line per encoder with its 95% interval, the rows that did not learn the task faint
+(matplotlib, imported here only)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ._run import ExtrapolationResult
+from ._result import ExtrapolationResult
 
 
 def plot_extrapolation(result: ExtrapolationResult, path: str | Path) -> None:
@@ -24,7 +25,8 @@ def plot_extrapolation(result: ExtrapolationResult, path: str | Path) -> None:
 
 
 def figure(result: ExtrapolationResult) -> Any:
-    """The figure of ``result``: a panel per task, a line per encoder (dashed: RoPE scalings)."""
+    """The figure of ``result``: a panel per task, a line per encoder (dashed: RoPE scalings;
+    error bars: the 95% intervals; faint: under the bar at the training length)."""
     import matplotlib.pyplot as plt
 
     s = result.settings
@@ -35,15 +37,17 @@ def figure(result: ExtrapolationResult) -> Any:
     for ax, task in zip(axes[0], s.tasks, strict=True):
         for row in (r for r in result.rows if r.task == task):
             means = [row.mean(n) for n in s.lengths]
-            spreads = [row.spread(n) for n in s.lengths]
+            halves = [row.interval(n) or 0.0 for n in s.lengths]
             style = "--" if "+" in row.encoder else "-"
-            ax.errorbar(s.lengths, means, yerr=spreads, label=row.encoder, linestyle=style,
-                        marker="o", markersize=3, capsize=2,
+            learned = row.learned(s.train_length)
+            ax.errorbar(s.lengths, means, yerr=halves, label=row.encoder, linestyle=style,
+                        marker="o", markersize=3, capsize=2, alpha=1.0 if learned else 0.3,
                         color=cmap(names.index(row.encoder) % 20))
         ax.axvline(s.train_length, color="grey", linewidth=0.8, linestyle=":")
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(s.lengths), [str(n) for n in s.lengths])
-        ax.set_title(f"{task} (trained at {s.train_length})")
+        ax.set_title(f"{task} (trained up to {s.train_length}; faint: did not learn)",
+                     fontsize=9)
         ax.set_xlabel("evaluated length")
     axes[0][0].set_ylabel("accuracy")
     fig.legend(*axes[0][0].get_legend_handles_labels(), fontsize=7, loc="center right")
