@@ -46,7 +46,7 @@ def is_tracer(x: Any) -> bool:
 def declares(klass: type, hook: str) -> bool:
     """Whether the class that defines ``hook`` declares ``_compile_hook_eagerly = True`` in its
     own body (an inherited declaration does not cover an override). Asked anew on every eager
-    call (a walk of the MRO, under a microsecond): no verdict is kept by class."""
+    call (a short walk of the MRO): no verdict is kept by class."""
     for c in klass.__mro__:
         if hook in c.__dict__:
             return bool(c.__dict__.get("_compile_hook_eagerly", False))
