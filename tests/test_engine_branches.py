@@ -326,7 +326,9 @@ def test_from_hf_config_maps_use_fope(rope: dict[str, Any], engine: str,
 
 def test_from_hf_config_maps_dual_chunk() -> None:
     """Both factories build ``DualChunkRotaryEmbedding`` from ``chunk_size``, ``local_size``
-    before any rope type; peregistry refuses a scaling there rather than drop it."""
+    before any rope type; peregistry refuses a scaling there rather than drop it. SGLang's
+    class (``rope_variant.py`` at 0b1fd02d) builds vLLM's five caches and reads the same rows
+    per role (read side by side), so test_dual_chunk.py's vLLM oracle stands for both."""
     dca = {"chunk_size": 8192, "local_size": 1024, "original_max_position_embeddings": 4096}
     enc = per.from_hf_config({**BASE, "dual_chunk_attention_config": dca})
     assert enc.name == "dual-chunk"
