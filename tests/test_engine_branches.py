@@ -206,6 +206,20 @@ def test_deepseek_llama_scaling_is_deepseek_yarn_without_softmax_factor() -> Non
     assert llama.softmax_scale_factor == 1.0
 
 
+@pytest.mark.parametrize(("engine", "factor"), [
+    ("vllm", m_scale(40.0, 0.707)), ("transformers", m_scale(40.0, 1.0))])
+def test_from_hf_config_deepseek_yarn_by_engine(engine: str, factor: float) -> None:
+    """A DeepSeek config with only ``mscale``: vLLM's ``deepseek_yarn`` (models/deepseek_v2.py
+    renames the type) takes ``m(s, mscale)/m(s, 0)``, transformers ``m(s, 1)``."""
+    cfg = {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_theta": 10000.0,
+           "max_position_embeddings": 163840, "rope_scaling": {
+               "type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+               "mscale": 0.707}}
+    enc = per.from_hf_config(cfg, engine=engine)
+    cos, _ = enc.cos_sin(np.asarray([0]), dtype=np.float64)
+    assert float(cos[0, 0]) == pytest.approx(factor, rel=1e-14)
+
+
 V4 = {"model_type": "deepseek_v4", "head_dim": 96, "qk_rope_head_dim": 32,
       "num_attention_heads": 4, "hidden_size": 256, "rope_theta": 10000.0,
       "compress_rope_theta": 160000.0, "max_position_embeddings": 65536,

@@ -1,6 +1,7 @@
 """The serving engines' readings of a config where transformers has none (issue 46): vLLM's and
 SGLang's FoPE (``use_fope``) and dual chunk attention (``dual_chunk_attention_config``), Grok-1's
-top-level scaling keys, DeepSeek's ``apply_yarn_scaling`` (vLLM's ``deepseek_llama_scaling``),
+top-level scaling keys, DeepSeek's ``apply_yarn_scaling`` (vLLM's ``deepseek_llama_scaling``; with ``engine="vllm"``
+its ``deepseek_yarn`` too, whose attention factor rule differs from transformers'),
 Llama 4's vision rotary (``mllama4``), each read as the engine's dispatcher reads it;
 ``engine`` picks the engine where they differ (docs/porting.md, "Serving engines"). DeepSeek-V4's
 layers are in :mod:`._deepseek_v4`."""
@@ -39,10 +40,11 @@ def engine_branch(text: Mapping[str, Any], rope: Mapping[str, Any], model_type: 
     if _is_grok(text):
         return name, {**options, "scaling": _grok1(text, options, where)}
     scaling = options.get("scaling")
-    if model_type in _DEEPSEEK and scaling is not None and scaling["type"] == "yarn" \
-            and rope.get("apply_yarn_scaling") is not None \
-            and not flag(rope["apply_yarn_scaling"], "apply_yarn_scaling", where):
-        return name, {**options, "scaling": _deepseek(rope, scaling, apply=False)}
+    if model_type in _DEEPSEEK and scaling is not None and scaling["type"] == "yarn":
+        key = rope.get("apply_yarn_scaling")
+        apply = key is None or flag(key, "apply_yarn_scaling", where)
+        if not apply or engine == "vllm":  # transformers reads no apply_yarn_scaling
+            return name, {**options, "scaling": _deepseek(rope, scaling, apply=apply)}
     return name, options
 
 
@@ -155,7 +157,7 @@ def _deepseek(rope: Mapping[str, Any], scaling: Mapping[str, Any], *,
     false ``deepseek_llama_scaling``: the same tables, no softmax-scale factor)."""
     out = {"type": "deepseek-yarn", "apply_yarn_scaling": apply,
            **{k: scaling[k] for k in ("factor", "original_max_position_embeddings",
-                                      "beta_fast", "beta_slow")}}
+                                      "beta_fast", "beta_slow") if scaling.get(k) is not None}}
     for key in ("mscale", "mscale_all_dim", "attn_factor", "extrapolation_factor"):
         if rope.get(key) is not None:
             out[key] = rope[key]
