@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +107,67 @@ def require_matplotlib() -> None:
 @pytest.fixture
 def needs_matplotlib() -> None:
     require_matplotlib()
+
+
+# -- tests that run in one env only ---------------------------------------------------------------
+#: Marker of a test whose outcome does not depend on the env that runs it: it takes no
+#: ``backend``/``xp`` fixture, reads no ``PEREGISTRY_BACKENDS``, needs nothing beyond NumPy and the
+#: test extra, and no installed framework changes what it checks (pure-Python options, registry,
+#: CLI text, docs consistency, NumPy-only oracles). The numpy, torch, jax and strict envs each run
+#: the whole suite, so such a test ran 4-7 times for one result; it runs where NumPy is a selected
+#: backend (the numpy env, and a bare ``pytest``: every installed backend) and is deselected
+#: elsewhere. It may not skip (it would then run nowhere); tests/test_env_partition.py holds that
+#: some env of scripts/test-all.sh runs it. In a module marked as a whole, ``backend_free(False)``
+#: on a test keeps that one in every env.
+BACKEND_FREE = "backend_free"
+BACKEND_FREE_HOME = "numpy"
+
+
+def runs_backend_free_tests(backends: Sequence[str]) -> bool:
+    """Whether a run with these selected backends runs the ``backend_free`` tests."""
+    return BACKEND_FREE_HOME in backends
+
+
+def is_backend_free(item: pytest.Item) -> bool:
+    """Whether the test is marked ``backend_free`` (and not ``backend_free(False)``)."""
+    marker = item.get_closest_marker(BACKEND_FREE)
+    return marker is not None and marker.args[:1] != (False,)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{BACKEND_FREE}(on=True): the outcome does not depend on the env; runs only "
+                   f"where {BACKEND_FREE_HOME} is a selected backend (tests/conftest.py)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    where = "here" if runs_backend_free_tests(BACKENDS) else \
+        f"deselected here (they run where {BACKEND_FREE_HOME} is selected)"
+    return f"{BACKEND_FREE} tests: {where}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [item for item in items if is_backend_free(item)]
+    for item in marked:
+        uses = sorted({"backend", "xp"} & set(getattr(item, "fixturenames", ())))
+        if uses:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {BACKEND_FREE} but takes the fixture {uses[0]!r}: its "
+                f"other backends' cases would run nowhere")
+    if marked and not runs_backend_free_tests(BACKENDS):
+        config.hook.pytest_deselected(items=marked)
+        ids = {id(item) for item in marked}
+        items[:] = [item for item in items if id(item) not in ids]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A ``backend_free`` test that skips fails instead: it runs in one env only."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and not hasattr(report, "wasxfail")
+            and is_backend_free(item)):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} is marked {BACKEND_FREE}, so it runs in one env only "
+                           f"and may not skip; it skipped: {reason}")

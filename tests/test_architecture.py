@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.backend_free  # reads the source only
+
 PACKAGE = Path(__file__).resolve().parent.parent / "peregistry"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80

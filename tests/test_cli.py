@@ -22,6 +22,11 @@ import peregistry as per
 from peregistry.cli import main, parse_option_value, parse_positions
 from peregistry.encoders.base import Ctx
 
+# The command line's text and parsing do not depend on the env, so they run in one env; the
+# tests marked backend_free(False) below depend on the frameworks installed or selected, or
+# on matplotlib, or skip off Linux.
+pytestmark = pytest.mark.backend_free
+
 SEED_LINE = "[0.9093, -0.4161, 0.1987, 0.9801, 0.0200, 0.9998, 0.0020, 1.0000]"
 
 
@@ -344,6 +349,7 @@ def test_show_split_layout_and_option_flag(capsys: pytest.CaptureFixture[str]) -
     [("array_api_strict", None, "float64"), ("torch", "float32", "float32"),
      ("torch", "bfloat16", "bfloat16"), ("jax", "float32", "float32")],
 )
+@pytest.mark.backend_free(False)  # each backend where it is installed
 def test_show_on_other_backends(capsys: pytest.CaptureFixture[str], backend: str,
                                 dtype: str | None, expected_dtype: str) -> None:
     pytest.importorskip(backend)
@@ -562,6 +568,7 @@ def test_plugin_options_parse_as_flags(capsys: pytest.CaptureFixture[str],
                        "option 'width' must be sum(sections) = 2, got 3")
 
 
+@pytest.mark.backend_free(False)  # plots with matplotlib (docs env)
 def test_plugin_example_options_fill_show_check_and_plot(capsys: pytest.CaptureFixture[str],
                                                          tiles_plugin: None,
                                                          tmp_path: Path) -> None:
@@ -612,6 +619,7 @@ def test_check_named_encoder(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[-1] == f"{len(body)} ok, 0 failed"
 
 
+@pytest.mark.backend_free(False)  # the selected backends
 def test_check_default_is_every_encoder_with_example_options(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -730,6 +738,7 @@ def test_a_closed_pipe_is_no_error() -> None:
     assert proc.stderr == ""
 
 
+@pytest.mark.backend_free(False)  # with the frameworks installed
 def test_list_imports_no_array_framework() -> None:
     code = (
         "import sys\n"
@@ -778,6 +787,7 @@ sys.exit(main(sys.argv[1:]))
          ["argument --reps: expected a positive integer of at most 10,000"]),
     ],
 )
+@pytest.mark.backend_free(False)  # skips off Linux
 def test_sizes_that_allocate_are_bounded_with_a_usage_error(argv: list[str],
                                                              fragments: list[str]) -> None:
     if sys.platform != "linux":

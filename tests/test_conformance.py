@@ -151,6 +151,7 @@ def test_broken_shift_law_is_caught(backend_name: str) -> None:
     assert {"check_shift_linear", "check_shift_invariant_dot"} <= failed
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_failure_message_says_expected_and_came() -> None:
     report = check_encoder(WrongDtype(dim=8), backends="numpy")
     row = next(r for r in report.failures if r.check == "check_dtype_preserved")
@@ -162,6 +163,7 @@ def test_failure_message_says_expected_and_came() -> None:
 
 
 # -- expected failures ---------------------------------------------------------------------------
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_expected_failure_with_reason_is_xfail_and_unexpected_pass_is_reported() -> None:
     # Every call asking for float16 meets the guard on overrides, comparisons of values too.
     report = check_encoder(WrongDtype(dim=8), backends="numpy",
@@ -176,18 +178,21 @@ def test_expected_failure_with_reason_is_xfail_and_unexpected_pass_is_reported()
     assert next(r for r in report.rows if r.check == "check_deterministic").status == "xpass"
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_expected_failure_naming_an_unknown_check_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown check 'check_dtypes'"):
         check_encoder("sinusoidal", dim=8, backends="numpy",
                       expected_failed_checks={"check_dtypes": "typo"})
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_case_run_raises_check_failure_with_id() -> None:
     (case,) = cases_for([WrongDtype(dim=8)], backends="numpy", checks=["check_dtype_preserved"])
     with pytest.raises(CheckFailure, match=r"^\[test-wrong-dtype-numpy-check_dtype_preserved\]"):
         case.run()
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_checks_are_chosen_by_kind_and_capability() -> None:
     class Plain(GoodSin):
         name = "test-plain"
@@ -209,12 +214,14 @@ def run_pytest(args: list[str], env: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_backend_typo_is_an_error_not_an_empty_run() -> None:
     out = run_pytest(["--collect-only", "-q", "test_options.py"], {"PEREGISTRY_BACKENDS": "nupmy"})
     assert out.returncode != 0
     assert "PEREGISTRY_BACKENDS='nupmy': unknown backend 'nupmy'" in out.stderr + out.stdout
 
 
+@pytest.mark.backend_free  # checks on numpy, named in the call
 def test_header_prints_the_choice_and_ids_name_encoder_backend_check() -> None:
     out = run_pytest(["--collect-only", "-q", "test_conformance.py::test_conformance", "-v"],
                      {"PEREGISTRY_BACKENDS": "numpy"})

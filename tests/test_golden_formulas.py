@@ -49,6 +49,8 @@ import pytest
 from test_golden import GOLDEN, PLATFORM, _cases, _flatten
 from test_relative import t5_bucket_ref
 
+pytestmark = pytest.mark.backend_free  # the golden files and NumPy only
+
 #: Each golden file: the name its backend's namespace has (the cases read it) and the widest
 #: float dtype of that backend, which its angles are computed in.
 FILES: dict[str, tuple[str, str]] = {

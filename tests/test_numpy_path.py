@@ -15,6 +15,8 @@ from peregistry.rope import _delegation, _kernels
 from peregistry.rope import _numpy as fast
 from peregistry.rope._funcs import apply_rotation
 
+pytestmark = pytest.mark.backend_free  # NumPy arrays only, whatever the env selects
+
 
 def _same_bits(got: Any, want: Any) -> None:
     assert type(got) is np.ndarray

@@ -27,6 +27,9 @@ import pytest
 
 import peregistry as per
 
+# Its subprocesses select numpy themselves; the plugins env runs it too, with plugins installed.
+pytestmark = pytest.mark.backend_free
+
 PLUGINS = Path(__file__).parent / "plugins"
 ALL = ["good", "bad-import", "hook-raises", "non-encoder", "claims-builtin", "fails-suite"]
 SWITCHES = ("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "PEREGISTRY_LOAD_PLUGINS",
