@@ -21,6 +21,8 @@ import pytest
 from peregistry._entry_points import EntryPoint, entry_points
 from peregistry.registry import Registry
 
+pytestmark = pytest.mark.backend_free  # entry points and their switches only
+
 GROUP = "peregistry"
 SWITCHES = ("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "PEREGISTRY_LOAD_PLUGINS",
             "PEREGISTRY_DISABLED_PLUGINS")

@@ -9,6 +9,8 @@ import pytest
 
 import peregistry as per
 
+pytestmark = pytest.mark.backend_free  # options are plain Python values
+
 
 class Toy(per.AbsoluteEncoder):
     """A toy encoder for option tests."""

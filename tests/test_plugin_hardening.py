@@ -19,6 +19,8 @@ import pytest
 import peregistry as per
 from peregistry.registry import Registry
 
+pytestmark = pytest.mark.backend_free  # plugins' strings and imports, on NumPy
+
 SWITCHES = ("PEREGISTRY_DISABLE_PLUGIN_AUTOLOAD", "PEREGISTRY_LOAD_PLUGINS",
             "PEREGISTRY_DISABLED_PLUGINS")
 
