@@ -180,6 +180,7 @@ def test_deepseek_matches_vllm(backend: Any, scaling: dict[str, Any], dim: int,
             v, pos, inv, mscale, rd, neox=layout == "half", last=last, inverse=inverse), mscale)
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_deepseek_yarn_differs_from_transformers_yarn() -> None:
     """With only ``mscale`` set vLLM's factor is ``m(s, mscale)/m(s, 0)`` and transformers'
     ``m(s, 1)`` (both coefficients must be non-zero for its ratio): ``deepseek-yarn`` and
@@ -192,6 +193,7 @@ def test_deepseek_yarn_differs_from_transformers_yarn() -> None:
                                m_scale(40.0, 0.707) / m_scale(40.0, 1.0), rtol=1e-12)
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_deepseek_llama_scaling_is_deepseek_yarn_without_softmax_factor() -> None:
     """vLLM builds both branches with one class, so the tables are equal; only the model's
     softmax scale differs (``m(s, mscale_all_dim)²`` on ``deepseek_yarn``)."""
@@ -206,6 +208,7 @@ def test_deepseek_llama_scaling_is_deepseek_yarn_without_softmax_factor() -> Non
     assert llama.softmax_scale_factor == 1.0
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 @pytest.mark.parametrize(("engine", "factor"), [
     ("vllm", m_scale(40.0, 0.707)), ("transformers", m_scale(40.0, 1.0))])
 def test_from_hf_config_deepseek_yarn_by_engine(engine: str, factor: float) -> None:
@@ -227,6 +230,7 @@ V4 = {"model_type": "deepseek_v4", "head_dim": 96, "qk_rope_head_dim": 32,
                        "beta_fast": 32, "beta_slow": 1}}
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 @pytest.mark.parametrize(("layer", "theta"), [("main", 10000.0), ("compress", 160000.0)])
 def test_from_hf_config_vllm_deepseek_v4(layer: str, theta: float) -> None:
     """``engine="vllm"``: every layer's rope is vLLM's V4 YaRN at its theta (models/deepseek_v4:
@@ -241,6 +245,7 @@ def test_from_hf_config_vllm_deepseek_v4(layer: str, theta: float) -> None:
         per.from_hf_config(V4, engine="vllm")
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_from_hf_config_splits_a_flat_deepseek_v4_config_as_transformers() -> None:
     """A ``config.json``'s flat ``rope_scaling`` read as ``DeepseekV4Config`` reads it
     (transformers 5.23 ``configuration_deepseek_v4.py``): the main layers plain RoPE at
@@ -317,6 +322,7 @@ BASE = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
     ({"rope_type": "default", "use_fope": True, "fope_sep_head": False}, "transformers",
      {"num_kv_heads": None, "sep_head": False, "sin_padding": 0}),
 ])
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_from_hf_config_maps_use_fope(rope: dict[str, Any], engine: str,
                                       want: dict[str, Any]) -> None:
     """Each engine's keys and defaults; the padding is the engine's (vLLM's 0 where the
@@ -338,6 +344,7 @@ def test_from_hf_config_maps_use_fope(rope: dict[str, Any], engine: str,
     np.testing.assert_allclose(enc.rotate(x, pos, params=params), oracle, rtol=0, atol=1e-9)
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_from_hf_config_maps_dual_chunk() -> None:
     """Both factories build ``DualChunkRotaryEmbedding`` from ``chunk_size``, ``local_size``
     before any rope type; peregistry refuses a scaling there rather than drop it. SGLang's
@@ -356,6 +363,7 @@ GROK = {"model_type": "grok-1", "architectures": ["Grok1ModelForCausalLM"], "hid
         "num_attention_heads": 4, "max_position_embeddings": 32768, "rope_theta": 10000.0}
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 @pytest.mark.parametrize("method", ["yarn_log", "theta_scale", "original"])
 def test_from_hf_config_maps_grok1(method: str) -> None:
     """The top-level ``rope_type`` is Grok-1's method, ``scaling_factor`` its factor
@@ -387,6 +395,7 @@ def test_conformance(case: Case) -> None:
     case.run()
 
 
+@pytest.mark.backend_free  # NumPy arrays only: the same in every env
 def test_axial_refuses_unequal_bands() -> None:
     with pytest.raises(ValueError, match=r"'axes'=3 must divide rotary_dim/2 = 8"):
         per.get_encoder("mrope", dim=16, sections=(4, 4), scaling={"type": "axial", "axes": 3})

@@ -15,6 +15,8 @@ import pytest
 
 import peregistry as per
 
+pytestmark = pytest.mark.backend_free  # from_hf_config on dicts: the same in every env
+
 DATA = json.loads((Path(__file__).parent / "data" / "engine_rope_keys.json").read_text("utf-8"))
 
 #: Branches without a mapped encoder, and why (docs/porting.md, "Serving engines").
