@@ -85,6 +85,7 @@ else:
     ("mrope", {"dim": 2**40, "sections": (2**39, 0, 0)}),
     ("transformer-xl", {"dim": 2**40}),
 ])
+@pytest.mark.backend_free  # a fresh NumPy-only process
 def test_absurd_dim_is_rejected_naming_dim_and_the_limit(name: str,
                                                          options: dict[str, Any]) -> None:
     import subprocess
@@ -318,6 +319,7 @@ def test_the_shared_tables_have_a_budget_and_can_be_cleared(fresh_tables: Any) -
         rope.set_table_cache_bytes(-1)
 
 
+@pytest.mark.backend_free  # a fresh NumPy-only process
 def test_the_budget_comes_from_the_environment() -> None:
     import subprocess
     import sys
