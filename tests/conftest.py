@@ -116,16 +116,25 @@ def needs_matplotlib() -> None:
 #: CLI text, docs consistency, NumPy-only oracles). The numpy, torch, jax and strict envs each run
 #: the whole suite, so such a test ran 4-7 times for one result; it runs where NumPy is a selected
 #: backend (the numpy env, and a bare ``pytest``: every installed backend) and is deselected
-#: elsewhere. It may not skip (it would then run nowhere); tests/test_env_partition.py holds that
-#: some env of scripts/test-all.sh runs it. In a module marked as a whole, ``backend_free(False)``
-#: on a test keeps that one in every env.
+#: elsewhere, and where ``PEREGISTRY_BACKEND_FREE=0`` says they run in another env (the docs env,
+#: which selects numpy for the few files it runs). It may not skip (it would then run nowhere);
+#: tests/test_env_partition.py holds that some env of scripts/test-all.sh runs it. In a module
+#: marked as a whole, ``backend_free(False)`` on a test keeps that one in every env (so ``-m``
+#: cannot tell them apart: the variable, not ``-m "not backend_free"``, is how an env opts out).
 BACKEND_FREE = "backend_free"
 BACKEND_FREE_HOME = "numpy"
+BACKEND_FREE_ENV = "PEREGISTRY_BACKEND_FREE"
 
 
-def runs_backend_free_tests(backends: Sequence[str]) -> bool:
-    """Whether a run with these selected backends runs the ``backend_free`` tests."""
-    return BACKEND_FREE_HOME in backends
+def runs_backend_free_tests(backends: Sequence[str], switch: str | None = None) -> bool:
+    """Whether a run with these selected backends (and ``PEREGISTRY_BACKEND_FREE``, default:
+    the environment's) runs the ``backend_free`` tests."""
+    switch = os.environ.get(BACKEND_FREE_ENV, "1") if switch is None else switch
+    if switch not in ("0", "1"):
+        raise pytest.UsageError(f"{BACKEND_FREE_ENV}={switch!r}: expected 1 (run the "
+                                f"{BACKEND_FREE} tests where {BACKEND_FREE_HOME} is selected) "
+                                f"or 0 (they run in another env)")
+    return switch == "1" and BACKEND_FREE_HOME in backends
 
 
 def is_backend_free(item: pytest.Item) -> bool:
@@ -142,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     where = "here" if runs_backend_free_tests(BACKENDS) else \
-        f"deselected here (they run where {BACKEND_FREE_HOME} is selected)"
+        f"deselected here (they run where {BACKEND_FREE_HOME} is selected and {BACKEND_FREE_ENV} is not 0)"
     return f"{BACKEND_FREE} tests: {where}"
 
 

@@ -31,11 +31,17 @@ def _section(ini: configparser.ConfigParser, env: str) -> configparser.SectionPr
     return ini[name] if ini.has_section(name) else ini["testenv"]
 
 
-def _backends(ini: configparser.ConfigParser, env: str) -> list[str]:
-    """The env's PEREGISTRY_BACKENDS (unset: every installed backend, numpy among them)."""
+def _set(ini: configparser.ConfigParser, env: str, name: str) -> str | None:
+    """The value the env's set_env gives variable ``name`` (None if it sets none)."""
     set_env = _section(ini, env).get("set_env", "")
-    found = re.findall(r"^\s*PEREGISTRY_BACKENDS\s*=\s*(\S+)", set_env, flags=re.M)
-    return found[-1].split(",") if found else ["numpy"]
+    found = re.findall(rf"^\s*{name}\s*=\s*(\S+)", set_env, flags=re.M)
+    return found[-1] if found else None
+
+
+def _runs_backend_free(ini: configparser.ConfigParser, env: str) -> bool:
+    # PEREGISTRY_BACKENDS unset: every installed backend, numpy among them
+    backends = (_set(ini, env, "PEREGISTRY_BACKENDS") or "numpy").split(",")
+    return conftest.runs_backend_free_tests(backends, _set(ini, env, conftest.BACKEND_FREE_ENV))
 
 
 def _pytest_runs(ini: configparser.ConfigParser, env: str) -> list[list[str]]:
@@ -65,18 +71,19 @@ def _full_run_envs() -> list[str]:
 
 def test_an_env_of_the_full_run_runs_every_backend_free_test() -> None:
     ini = _tox()
-    homes = [env for env in _full_run_envs()
-             if conftest.runs_backend_free_tests(_backends(ini, env))
+    homes = [env for env in _full_run_envs() if _runs_backend_free(ini, env)
              and any(not _paths(args) and "-m" not in args for args in _pytest_runs(ini, env))]
-    assert homes == ["numpy"], f"the whole suite with numpy selected runs in {homes}"
+    assert homes == ["numpy"], f"the whole suite runs the backend_free tests in {homes}"
 
 
-def test_envs_deselect_nothing_else_by_marker() -> None:
+def test_no_env_selects_tests_by_marker() -> None:
+    # -m "not backend_free" would drop the backend_free(False) tests too: an env opts out with
+    # PEREGISTRY_BACKEND_FREE=0 (the docs env)
     ini = _tox()
+    assert not _runs_backend_free(ini, "docs")
     for env in _full_run_envs():
         for args in _pytest_runs(ini, env):
-            exprs = [args[i + 1] for i, a in enumerate(args) if a == "-m"]
-            assert exprs in ([], [f"not {conftest.BACKEND_FREE}"]), (env, exprs)
+            assert "-m" not in args, env
 
 
 def test_the_rule_is_keyed_on_numpy_being_selected() -> None:
@@ -85,6 +92,9 @@ def test_the_rule_is_keyed_on_numpy_being_selected() -> None:
     assert not conftest.runs_backend_free_tests(["torch"])
     assert not conftest.runs_backend_free_tests(["jax", "torch"])
     assert not conftest.runs_backend_free_tests(["array_api_strict"])
+    assert not conftest.runs_backend_free_tests(["numpy"], "0")
+    with pytest.raises(pytest.UsageError, match=r"PEREGISTRY_BACKEND_FREE='no': expected 1 .* or 0"):
+        conftest.runs_backend_free_tests(["numpy"], "no")
 
 
 @dataclass
@@ -116,6 +126,7 @@ def _collect(backends: list[str], items: list[Any], monkeypatch: pytest.MonkeyPa
 
 def test_marked_tests_are_deselected_where_numpy_is_not_selected(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(conftest.BACKEND_FREE_ENV, raising=False)
     free, other = FakeItem("t::free", True), FakeItem("t::other", False)
     items: list[Any] = [free, other]
     config = _collect(["torch"], items, monkeypatch)
