@@ -202,6 +202,29 @@ def test_threads_give_the_same_bits(threads: int) -> None:
     np.testing.assert_array_equal(call(x, cos, sin, False, threads=threads), ref_rotation(x, cos, sin, False))
 
 
+@pytest.mark.parametrize("offset", [0, 3])
+def test_chunks_by_the_outputs_addresses_give_the_same_bits(offset: int) -> None:
+    """An output of two 2 MiB stretches per thread and more is cut at its 2 MiB-aligned
+    addresses (one transparent huge page per chunk): rows of 520 bytes straddle those
+    boundaries, the output starts at an aligned address or 12 bytes past one, and the last
+    chunk is partial; every row is written, with the reference's bits."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 7, 4111, 130)).astype(np.float32)  # 14.3 MiB: 7 stretches
+    cos, sin = tables(rng, (1, 1, 4111, 65), np.float32)
+    page = (2 << 20) // 4
+    buf = np.zeros(x.size + 2 * page, np.float32)
+    start = (-buf.ctypes.data // 4) % page + offset
+    out = buf[start:start + x.size].reshape(x.shape)
+    assert (out.ctypes.data - offset * 4) % (2 << 20) == 0
+    want = ref_rotation(x, cos, sin, False)
+    for threads in (2, 3):
+        out[...] = np.nan
+        n = _rotary.rotate(x, out, cos, sin, x.shape[:-1], (7 * 4111 * 130, 4111 * 130, 130),
+                           (0, 0, 65), (0, 0, 65), 130, False, 0, 0, threads)
+        assert n == threads
+        np.testing.assert_array_equal(out, want)
+
+
 def test_thread_count_follows_the_request_and_the_size() -> None:
     x = np.zeros((8, 1024, 128), np.float32)  # 2^20 elements: 16 threads' worth
     t = np.zeros((1024, 64), np.float32)

@@ -24,7 +24,9 @@
  * buffers it was given.
  *
  * Threads: rows are cut into chunks that workers take one at a time (an atomic counter), so a
- * worker slowed by a busy core simply takes fewer. The workers are a pool of POSIX threads owned
+ * worker slowed by a busy core simply takes fewer. A chunk is the rows that start in one aligned
+ * stretch of the output's addresses (a huge page, for large outputs), so that two threads do not
+ * fault on one new page at once. The workers are a pool of POSIX threads owned
  * by this module: created on first need, grown when a call asks for more, parked on a condition
  * variable between calls (no CPU), reset in a forked child (pthread_atfork). The calling thread
  * works too, with the GIL released. No thread is started per call, and no symbol of another
@@ -59,6 +61,12 @@
 /* Elements per chunk handed to a worker: small next to a worker's share (so a slow worker takes
  * fewer), big next to the cost of taking one (an atomic increment). */
 #define CHUNK_ELEMENTS (1 << 15)
+/* Chunks of a large output are its 2 MiB-aligned stretches of addresses: one transparent huge
+ * page each (NumPy madvises huge pages for arrays of 4 MiB and more), whose first write has the
+ * OS zero all of it. Threads faulting new pages next to each other cost far more CPU time than
+ * the same faults taken far apart (docs/benchmarks.md, issue 43): hence one range of such chunks
+ * per thread. Used where each thread gets at least two of them. */
+#define HUGE_PAGE_BYTES ((Py_ssize_t)2 << 20)
 /* Pairs per block of the interleaved layout (see NAME##_inter). */
 #define PAIR_BLOCK 64
 
@@ -257,22 +265,60 @@ static void run(const Job *job) {
 
 /* ---- the worker pool ------------------------------------------------------------------------ */
 
-/* The shared state of one call: workers take chunks of rows until none are left. */
+/* The shared state of one call. Chunk c holds the rows that start in the c-th `span`-byte
+ * stretch of the output's addresses counted from an address aligned to `span` (`first` bytes
+ * after the output's start; chunk 0 holds the rows before it), so no two chunks start a row in
+ * the same page of `span` bytes. The chunks are cut into one contiguous range per thread: a
+ * thread takes the chunks of its own range in order, then those left in the others' ranges (a
+ * thread slowed by a busy core, or one that never woke, simply does fewer). */
 typedef struct {
     Job job;
-    Py_ssize_t rows, chunk, nchunks;
-    atomic_llong next;
+    Py_ssize_t rows, row_bytes, span, first, nchunks;
+    int nranges;
+    atomic_int joined;                  /* threads that took a range number so far */
+    Py_ssize_t range_end[MAX_THREADS];  /* range r: chunks [range_end[r - 1], range_end[r]) */
+    atomic_llong next[MAX_THREADS];     /* the next chunk of each range */
 } Work;
+
+/* The first row of chunk c (rows if past the end): the first row starting at or after byte
+ * first + (c - 1) * span of the output. */
+static Py_ssize_t chunk_row(const Work *w, Py_ssize_t c) {
+    if (c <= 0)
+        return 0;
+    Py_ssize_t at = w->first + (c - 1) * w->span;
+    Py_ssize_t r = (at + w->row_bytes - 1) / w->row_bytes;
+    return r < w->rows ? r : w->rows;
+}
+
+/* Chunks of `span` bytes of the output at `out`, in `nranges` ranges of about equal size. */
+static void plan_chunks(Work *w, const char *out, Py_ssize_t out_bytes, Py_ssize_t span,
+                        int nranges) {
+    w->span = span;
+    w->first = (Py_ssize_t)((span - (Py_ssize_t)((uintptr_t)out % (uintptr_t)span)) % span);
+    /* chunk 0, then one per stretch that starts before the end of the output */
+    w->nchunks = 1 + (out_bytes > w->first ? (out_bytes - w->first + span - 1) / span : 0);
+    w->nranges = nranges;
+    atomic_init(&w->joined, 0);
+    for (int r = 0; r < nranges; r++) {
+        w->range_end[r] = w->nchunks * (r + 1) / nranges;
+        atomic_init(&w->next[r], r == 0 ? 0 : w->nchunks * r / nranges);
+    }
+}
 
 static void work(Work *w) {
     Job j = w->job;
-    for (;;) {
-        long long c = atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed);
-        if (c >= w->nchunks)
-            break;
-        j.row0 = (Py_ssize_t)c * w->chunk;
-        j.row1 = j.row0 + w->chunk < w->rows ? j.row0 + w->chunk : w->rows;
-        run(&j);
+    const int me = atomic_fetch_add_explicit(&w->joined, 1, memory_order_relaxed) % w->nranges;
+    for (int k = 0; k < w->nranges; k++) {
+        const int r = (me + k) % w->nranges;
+        for (;;) {
+            long long c = atomic_fetch_add_explicit(&w->next[r], 1, memory_order_relaxed);
+            if (c >= w->range_end[r])
+                break;
+            j.row0 = chunk_row(w, (Py_ssize_t)c);
+            j.row1 = chunk_row(w, (Py_ssize_t)c + 1);
+            if (j.row0 < j.row1)
+                run(&j);
+        }
     }
 }
 
@@ -698,9 +744,13 @@ static PyObject *rotate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         w.job.row0 = 0;
         w.job.row1 = rows;
         w.rows = rows;
-        w.chunk = CHUNK_ELEMENTS / job.rd > 0 ? CHUNK_ELEMENTS / job.rd : 1;
-        w.nchunks = (rows + w.chunk - 1) / w.chunk;
-        atomic_init(&w.next, 0);
+        w.row_bytes = job.rd * item_sizes[job.xdtype];
+        /* stretches of CHUNK_ELEMENTS elements (a power of two: whole 4 KiB pages), or whole
+         * huge pages where every thread gets two or more of them */
+        Py_ssize_t span = CHUNK_ELEMENTS * item_sizes[job.xdtype];
+        if (out_bytes / HUGE_PAGE_BYTES >= 2 * n)
+            span = HUGE_PAGE_BYTES;
+        plan_chunks(&w, job.out, out_bytes, span, (int)n);
         Py_BEGIN_ALLOW_THREADS
         if (n == 1)
             run(&w.job);
