@@ -78,9 +78,10 @@ def run(args: argparse.Namespace, extras: list[str], out: TextIO) -> int:
         _check_plot_path(args.plot)  # before training: a bad path must not cost the results
     side = args.threads if args.threads is not None else usable_cpus()
     with threads(1, torch=True, jax=False) as said:
-        where = "in processes" if side > 1 else "in this process"
-        print(f"study: threads {'; '.join(said)}; {side} model{'s' * (side > 1)} side by side "
-              f"{where}, one thread each; {load_text()}", file=sys.stderr, flush=True)
+        how = (f"{side} models side by side in processes, one thread each" if side > 1
+               else "1 model at a time in this process")
+        print(f"study: threads {'; '.join(said)}; {how}; {load_text()}", file=sys.stderr,
+              flush=True)
         result = run_study(comma_list(args.encoders) or None, settings=settings,
                            progress=progress_stream(args.progress), redraw=args.progress,
                            threads=side)
