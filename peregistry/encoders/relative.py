@@ -179,16 +179,16 @@ class T5Bias(LearnedParams, BiasEncoder):
         return _delegation.clip_int(d, -m, m, xp=ctx.xp) + m
 
     def _bias(self, q: Any, k: Any, *, params: Mapping[str, Any], ctx: Ctx, dtype: Any) -> Any:
-        xp, table = ctx.xp, params["table"]
+        # The adapter's take gathers by N-D indices: flattening them for the standard's 1-D take
+        # makes jax.jit all-gather a sharded bias (tests/test_sharding_jax.py).
+        xp, table, take = ctx.xp, params["table"], ctx.backend.take
         m = self._values["max_distance"]
         idx = self._lut_index(distance(q, k, ctx=ctx), ctx=ctx)  # (*batch, Q, K)
         lut = xp.asarray(self._cache["lut"], dtype=idx.dtype, device=ctx.device)
-        flat = xp.reshape(idx, (-1,))  # (the standard's take gathers by 1-D indices)
-        if flat.shape[0] <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
-            out = xp.take(table.T, xp.take(lut, flat, axis=0), axis=1)
+        if math.prod(idx.shape) <= 2 * m + 1:  # few pairs: each pair's bucket, then its bias
+            out = take(table.T, take(lut, idx, axis=0), axis=1)
         else:  # many: the bias of each clipped distance (H, 2M+1), then each pair's
-            out = xp.take(xp.take(table.T, lut, axis=1), flat, axis=1)
-        out = xp.reshape(out, (table.shape[1], *idx.shape))
+            out = take(take(table.T, lut, axis=1), idx, axis=1)
         nb = len(out.shape) - 3  # out is (H, *batch, Q, K); differentiable in the table
         if nb:
             out = xp.permute_dims(out, (*range(1, nb + 1), 0, nb + 1, nb + 2))
