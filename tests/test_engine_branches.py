@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 import pytest
 from test_engine_fope import engine as fope_engine
-from test_engine_scalings import grok1_inv_freq, yarn_correction_range, yarn_ramp
+from test_engine_scalings import _bound, grok1_inv_freq, yarn_correction_range, yarn_ramp
 
 import peregistry as per
 from peregistry.hf_config import ConfigError
 from peregistry.testing import Case, parametrize_with_checks
-from peregistry.testing._core import EPS
 
 A = np.ndarray[Any, Any]
 
@@ -116,16 +115,7 @@ def llama4_vision_positions(side: int) -> A:
     return np.stack((np.append(idx % side + 1, 0), np.append(idx // side + 1, 0)))
 
 
-def _bound(name: str, wide: str, want: A, x: A, reach: float, scale: float) -> A:
-    """A few roundings of the rotation in its compute dtype, the angle's error in ``wide``, one
-    rounding of ``name`` (as test_engine_scalings.py's bound)."""
-    compute = name if name in ("float32", "float64") else "float32"
-    amp = float(np.abs(x).max()) * 2.0 * scale
-    return (4 * EPS[compute] * amp + 4 * EPS[wide] * amp * (reach + 4)
-            + EPS[name] / 2 * np.abs(want))
-
-
-def _compare(backend: Any, enc: Any, x: A, pos: A, oracle: Any, scale: float) -> float:
+def compare_rotation(backend: Any, enc: Any, x: A, pos: A, oracle: Any, scale: float) -> float:
     """Max error of ``enc.rotate`` against ``oracle(x in float64)`` on every dtype."""
     wide = "float64" if "float64" in backend.float_dtypes() else "float32"
     worst = 0.0
@@ -176,7 +166,7 @@ def test_deepseek_matches_vllm(backend: Any, scaling: dict[str, Any], dim: int,
     pos = np.concatenate((np.arange(3), rng.integers(orig, int(orig * s), size=5)))
     for _ in ("q",) if last else ("q", "k"):
         x = rng.standard_normal((2, len(pos), dim))
-        _compare(backend, enc, x, pos, lambda v: deepseek_forward(
+        compare_rotation(backend, enc, x, pos, lambda v: deepseek_forward(
             v, pos, inv, mscale, rd, neox=layout == "half", last=last, inverse=inverse), mscale)
 
 
@@ -284,7 +274,7 @@ def test_llama4_vision_matches_vllm(backend: Any) -> None:
         def oracle(v: A) -> A:
             return np.swapaxes(llama4_vision_forward(np.swapaxes(v, 1, 2), cache), 1, 2)
 
-        _compare(backend, enc, x, pos, oracle, 1.0)
+        compare_rotation(backend, enc, x, pos, oracle, 1.0)
 
 
 def test_llama4_vision_matches_transformers() -> None:

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_engine_scalings import _bound, yarn_inv_freq
+from test_engine_branches import compare_rotation
+from test_engine_scalings import apply_rotary, yarn_inv_freq
 
 import peregistry as per
 
@@ -131,20 +132,6 @@ def vllm_bailing_select(c: A, spatial: int, half: int) -> A:
                            c[0][..., spatial:half]), axis=-1)
 
 
-def apply_rotary(x: A, cos: A, sin: A, rotary_dim: int, neox: bool) -> A:
-    """``forward_native``'s rotation of ``x`` ``(heads, tokens, head_size)``: ``x1·cos - x2·sin``,
-    ``x2·cos + x1·sin`` on the first ``rotary_dim`` features, NeoX halves or GPT-J pairs."""
-    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    if neox:
-        x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-    else:
-        x1, x2 = rot[..., ::2], rot[..., 1::2]
-    o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    out = (np.concatenate((o1, o2), axis=-1) if neox
-           else np.stack((o1, o2), axis=-1).reshape(rot.shape))
-    return np.concatenate((out, rest), axis=-1)
-
-
 def yarn_mscale(factor: float, attn_factor: float = 1.0) -> float:
     """``yarn_get_mscale(factor) * attn_factor`` (``yarn_get_mscale_simple`` in SGLang)."""
     return (1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0) * attn_factor
@@ -175,19 +162,9 @@ def _compare(backend: Any, enc: Any, pos: A, oracle: Any, dim: int, mscale: floa
     """``enc.rotate`` of queries (4 heads) and keys (2 heads) on every dtype against
     ``oracle(x)`` (the engine's float64 result for the same input)."""
     rng = np.random.default_rng(3)
-    wide = "float64" if "float64" in backend.float_dtypes() else "float32"
     for heads in (4, 2):
-        x = rng.standard_normal((heads, pos.shape[-1], dim))
-        for name, dt in backend.float_dtypes().items():
-            xb = backend.from_numpy(x, dtype=dt)
-            x_in = np.asarray(backend.to_numpy(xb), dtype=np.float64)
-            want = oracle(x_in)
-            got = np.asarray(backend.to_numpy(enc.rotate(xb, backend.from_numpy(pos))),
-                             dtype=np.float64)
-            err = np.abs(got - want)
-            tol = _bound(name, wide, want, x_in, float(np.abs(pos).max()), mscale)
-            assert np.all(err <= tol), (f"{backend.name} {name} heads={heads}: error "
-                                        f"{float(err.max()):.3g}, {int(np.sum(err > tol))} past")
+        compare_rotation(backend, enc, rng.standard_normal((heads, pos.shape[-1], dim)), pos,
+                         oracle, mscale)
 
 
 SHAPES = [pytest.param(64, 1.0, False, id="d64-neox"),

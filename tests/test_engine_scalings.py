@@ -110,7 +110,12 @@ def forward_native(x: A, positions: A, inv_freq: A, rotary_dim: int, *, neox: bo
     """The cache rows of ``positions`` (``cos``/``sin`` of ``t·ω`` times ``mscale``) applied to
     ``x`` ``(..., seq, head_size)``: ``apply_rotary_emb`` on ``x[..., :rotary_dim]``."""
     freqs = np.einsum("i,j -> ij", positions.astype(np.float64), inv_freq)
-    cos, sin = np.cos(freqs) * mscale, np.sin(freqs) * mscale
+    return apply_rotary(x, np.cos(freqs) * mscale, np.sin(freqs) * mscale, rotary_dim, neox)
+
+
+def apply_rotary(x: A, cos: A, sin: A, rotary_dim: int, neox: bool) -> A:
+    """``forward_native``'s rotation of ``x`` ``(..., tokens, head_size)``: ``x1·cos - x2·sin``,
+    ``x2·cos + x1·sin`` on the first ``rotary_dim`` features, NeoX halves or GPT-J pairs."""
     rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
     if neox:
         x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
