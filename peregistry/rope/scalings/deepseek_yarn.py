@@ -14,16 +14,12 @@ from ..._options import Option
 from .._funcs import inv_freq
 from .base import RopeScaling, beta_options, check_beta_order, context_option, factor_option
 from .grok1 import _extrapolated_share
+from .yarn import _yarn_mscale as _m
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["DeepseekYarn"]
-
-
-def _m(scale: float, coefficient: float) -> float:
-    """vLLM's ``yarn_get_mscale``: ``0.1·k·ln s + 1`` (1 for ``s <= 1``)."""
-    return 1.0 if scale <= 1 else 0.1 * coefficient * math.log(scale) + 1.0
 
 
 class DeepseekYarn(RopeScaling):
